@@ -1,0 +1,190 @@
+//! A fair (FIFO) exclusive lock for ordered queueing of workers.
+//!
+//! # Znode layout
+//!
+//! ```text
+//! <path>                                  CONTAINER (reaped by the server once empty)
+//! <path>/_c_<uuid>-lock-0000000007        EPHEMERAL_SEQUENTIAL, data = contender identity
+//! <path>/_c_<uuid>-lock-0000000008        ... the next in line
+//! ```
+//!
+//! The layout is Apache Curator's `InterProcessMutex`, and kazoo `Lock` nodes
+//! (`<hex>__lock__<seq>`) in the same directory are queued with ours, so Rust, Java and Python
+//! services can share one lock. With [`FairLock::with_layout`]`(Layout::Kazoo)` our nodes take
+//! kazoo's names instead.
+//!
+//! # Algorithm
+//!
+//! The contender queue of [`crate::queue`]: `create` and `get_children` in one round trip; the
+//! lowest sequence holds; every waiter watches only its immediate predecessor (no herd); a
+//! release is one `multi` that marks and deletes our node, so the next waiter takes over on a
+//! single notification with no request of its own, whatever the queue length.
+//!
+//! # Fairness
+//!
+//! Grants follow creation order. A waiter whose session expires re-queues at the back in the
+//! new session (or fails with [`Error::SessionExpired`] with `requeue_on_expiry(false)`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::path::{validate_path, Layout, NodeKind};
+use crate::queue::{self, Contender, Holding, QueueSpec, Rule, Wait, LOCK_MEMBERS};
+use crate::session::Session;
+
+/// A fair, exclusive, Curator-compatible lock on a ZooKeeper path.
+///
+/// Cheap to clone and share across tasks: every [`lock`](Self::lock) call is its own
+/// contender, so ten tasks sharing one `FairLock` exclude each other like ten processes.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f() -> zk_recipes::Result<()> {
+/// use zk_recipes::{FairLock, Session};
+///
+/// let session = Session::builder("127.0.0.1:2181").connect().await?;
+/// let lock = FairLock::new(&session, "/jobs/nightly")?.with_data(b"worker-7".to_vec());
+/// let guard = lock.lock().await?;
+/// println!("holding {} with token {}", guard.path(), guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FairLock {
+    session: Session,
+    spec: Arc<QueueSpec>,
+}
+
+pub(crate) fn default_spec(path: &str, kind: NodeKind, members: &'static [NodeKind], rule: Rule) -> Result<QueueSpec> {
+    validate_path(path)?;
+    Ok(QueueSpec {
+        dir: path.to_string(),
+        layout: Layout::Curator,
+        kind,
+        members,
+        rule,
+        data: Vec::new(),
+        acls: zk::Acls::anyone_all().to_vec(),
+        requeue_on_expiry: true,
+    })
+}
+
+/// Lock options shared by the queue recipes, as consuming `with_*` setters.
+macro_rules! queue_options {
+    ($ty:ty) => {
+        impl $ty {
+            /// Data stored in our contender node, e.g. a worker id shown by `contenders()` and
+            /// `zkr holders` (default: empty).
+            pub fn with_data(mut self, data: impl Into<Vec<u8>>) -> Self {
+                std::sync::Arc::make_mut(&mut self.spec).data = data.into();
+                self
+            }
+
+            /// The ACL of our nodes and of the parents we create (default: open to anyone).
+            /// With a digest ACL, sessions without the credentials can neither take the lock
+            /// nor delete a holder's node.
+            pub fn with_acls(mut self, acls: &[zookeeper_client::Acl]) -> Self {
+                std::sync::Arc::make_mut(&mut self.spec).acls = acls.to_vec();
+                self
+            }
+
+            /// Whether a waiter whose session expires re-queues by itself in the next session
+            /// (default `true`); with `false` it fails with `Error::SessionExpired`.
+            pub fn requeue_on_expiry(mut self, requeue: bool) -> Self {
+                std::sync::Arc::make_mut(&mut self.spec).requeue_on_expiry = requeue;
+                self
+            }
+        }
+    };
+}
+pub(crate) use queue_options;
+
+queue_options!(FairLock);
+
+impl FairLock {
+    /// A lock on `path` (the directory of contender nodes) in `session`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPath`] for a malformed path; nothing is sent.
+    pub fn new(session: &Session, path: impl AsRef<str>) -> Result<FairLock> {
+        let spec = default_spec(path.as_ref(), NodeKind::Lock, LOCK_MEMBERS, Rule::Exclusive)?;
+        Ok(FairLock { session: session.clone(), spec: Arc::new(spec) })
+    }
+
+    /// The node naming convention (default [`Layout::Curator`]).
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        Arc::make_mut(&mut self.spec).layout = layout;
+        self
+    }
+
+    /// The lock path.
+    pub fn path(&self) -> &str {
+        &self.spec.dir
+    }
+
+    /// Waits until the lock is ours.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Closed`] if the session is closed.
+    /// * [`Error::SessionExpired`] if the session expired while waiting and
+    ///   `requeue_on_expiry(false)` was set.
+    /// * [`Error::NoAuth`] if the ACL of the path does not let this session create children.
+    /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future deletes our contender node in the background, so no
+    /// orphan blocks the queue.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(Wait::Until(None)).await
+    }
+
+    /// Like [`lock`](Self::lock), giving up after `timeout` with [`Error::Timeout`]; our node is
+    /// deleted before it returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `lock`.
+    pub async fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard> {
+        self.acquire(Wait::Until(Some(Instant::now() + timeout))).await
+    }
+
+    /// Takes the lock only if no one holds or waits for it: [`Error::WouldBlock`] otherwise
+    /// (our node is deleted before it returns). One round trip when free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `lock`.
+    pub async fn try_lock(&self) -> Result<LockGuard> {
+        self.acquire(Wait::Try).await
+    }
+
+    /// The contenders in queue order: the first holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`], or a ZooKeeper error reading the directory.
+    pub async fn contenders(&self) -> Result<Vec<Contender>> {
+        queue::contenders(&self.session, &self.spec.dir, LOCK_MEMBERS).await
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<LockGuard> {
+        let granted = queue::acquire(&self.session, &self.spec, wait).await?;
+        Ok(LockGuard::new(Holding::new(&self.session, granted)))
+    }
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<FairLock>();
+};
+
+#[allow(dead_code)]
+fn _error_is_used(_: Error) {}

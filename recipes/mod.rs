@@ -1,0 +1,15 @@
+//! The recipes. Each module opens with its znode layout and algorithm.
+//!
+//! ```text
+//!   recipes::exclusive ─┐
+//!   recipes::fair_lock ─┤
+//!   recipes::semaphore ─┼──> crate::queue (contender queue, Holding) ──> crate::session (Epoch: every request)
+//!   recipes::rwlock    ─┤                                              └─> crate::path (names, validation)
+//!   recipes::election  ─┘
+//! ```
+//! Recipes never hold a `zookeeper_client::Client`: they talk to ZooKeeper through the
+//! session manager's current epoch.
+
+pub mod exclusive;
+pub mod fair_lock;
+pub mod semaphore;

@@ -1,0 +1,118 @@
+//! A fair counting semaphore: at most `permits` holders at once, granted in arrival order.
+//!
+//! # Znode layout
+//!
+//! ```text
+//! <path>                               CONTAINER
+//! <path>/_c_<uuid>-lease-0000000003    EPHEMERAL_SEQUENTIAL, data = contender identity
+//! ```
+//!
+//! # Algorithm
+//!
+//! The contender queue of [`crate::queue`] with the rule "granted while fewer than `permits`
+//! leases precede us". A waiter watches only the lease `permits` places ahead of it (no herd),
+//! and re-lists when woken: the one-notification shortcut of the fair lock does not hold here,
+//! since the lease that left need not have been the last one ahead. All contenders of one path
+//! must agree on `permits` (as with kazoo's `Semaphore` and Curator's
+//! `InterProcessSemaphoreV2`, which this does not share nodes with).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::path::{Layout, NodeKind};
+use crate::queue::{self, Contender, Holding, QueueSpec, Rule, Wait};
+use crate::recipes::fair_lock::{default_spec, queue_options};
+use crate::session::Session;
+
+const LEASE_MEMBERS: &[NodeKind] = &[NodeKind::Lease];
+
+/// A distributed counting semaphore (`consul lock -n`, kazoo `Semaphore`).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f(session: zk_recipes::Session) -> zk_recipes::Result<()> {
+/// use zk_recipes::Semaphore;
+///
+/// let sem = Semaphore::new(&session, "/app/slots", 3)?;
+/// let lease = sem.acquire().await?; // at most 3 processes get here at once
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    session: Session,
+    spec: Arc<QueueSpec>,
+    permits: usize,
+}
+
+queue_options!(Semaphore);
+
+impl Semaphore {
+    /// A semaphore on `path` with `permits` leases.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPath`] for a malformed path, [`Error::InvalidArgument`] for
+    /// `permits == 0`; nothing is sent.
+    pub fn new(session: &Session, path: impl AsRef<str>, permits: usize) -> Result<Semaphore> {
+        if permits == 0 {
+            return Err(Error::InvalidArgument("a semaphore needs at least one permit".into()));
+        }
+        let mut spec = default_spec(path.as_ref(), NodeKind::Lease, LEASE_MEMBERS, Rule::Permits(permits))?;
+        spec.layout = Layout::Curator;
+        Ok(Semaphore { session: session.clone(), spec: Arc::new(spec), permits })
+    }
+
+    /// The number of permits.
+    pub fn permits(&self) -> usize {
+        self.permits
+    }
+
+    /// Waits for a lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`FairLock::lock`](crate::FairLock::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future deletes our node in the background.
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        self.get(Wait::Until(None)).await
+    }
+
+    /// Waits for a lease up to `timeout`, then [`Error::Timeout`] (our node deleted).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard> {
+        self.get(Wait::Until(Some(Instant::now() + timeout))).await
+    }
+
+    /// Takes a lease only if one is free now, else [`Error::WouldBlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn try_acquire(&self) -> Result<LockGuard> {
+        self.get(Wait::Try).await
+    }
+
+    /// Holders and waiters in order: the first `permits` hold leases.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`], or a ZooKeeper error reading the directory.
+    pub async fn contenders(&self) -> Result<Vec<Contender>> {
+        queue::contenders(&self.session, &self.spec.dir, LEASE_MEMBERS).await
+    }
+
+    async fn get(&self, wait: Wait) -> Result<LockGuard> {
+        let granted = queue::acquire(&self.session, &self.spec, wait).await?;
+        Ok(LockGuard::new(Holding::new(&self.session, granted)))
+    }
+}

@@ -1,0 +1,186 @@
+//! The crate's one error type.
+//!
+//! Every variant says what failed and what the caller can do about it. The enum is
+//! `Clone + PartialEq + Eq`, so tests can write `assert_eq!(err, Error::Timeout)`.
+
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+/// A specialised `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in zk-recipes.
+///
+/// Match on the variant to decide what to do; [`Error::is_outcome_unknown`] and
+/// [`Error::is_retryable`] classify the rest.
+///
+/// # Examples
+///
+/// ```
+/// use zk_recipes::Error;
+///
+/// let err = Error::Timeout;
+/// assert!(err.is_retryable());
+/// assert!(err.to_string().contains("timed out"));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A ZooKeeper path given to the library is malformed. Nothing was sent to the server.
+    #[error("invalid path {path:?}: {reason}; use an absolute path like \"/app/locks/job\" with no empty, '.' or '..' segments and no trailing '/'")]
+    InvalidPath {
+        /// The offending path, as given.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// An argument other than a path is out of range. Nothing was sent to the server.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The operation did not finish in time. For a lock, its contender node has been removed
+    /// (or is being removed in the background); try again later or with a longer timeout.
+    #[error("timed out; nothing is held: retry later or with a longer timeout")]
+    Timeout,
+
+    /// A non-blocking attempt (`try_lock`, `--try`) found the lock held by someone else.
+    #[error("the lock is held by someone else; try again later, or wait with lock()")]
+    WouldBlock,
+
+    /// The lock, lease or leadership is no longer held: the session expired, the loss policy
+    /// declared it lost, or the node was deleted by someone else. Stop acting on it; fencing
+    /// tokens issued since make the old holder's writes detectable.
+    #[error("the lock was lost ({0}); stop work done under it and acquire it again")]
+    LockLost(LossReason),
+
+    /// The ZooKeeper session expired. The session manager builds a new session by itself;
+    /// retry the operation.
+    #[error(
+        "the ZooKeeper session expired; the session manager is reconnecting, retry the operation"
+    )]
+    SessionExpired,
+
+    /// The connection was lost while a request was in flight: it may or may not have been
+    /// applied on the server. Retry once the session is connected again.
+    #[error("connection to ZooKeeper lost while a request was in flight (the outcome is unknown); retry when reconnected")]
+    ConnectionLost,
+
+    /// The server refused the operation for lack of permission (ACL).
+    #[error("no permission for {path}: the node's ACL does not allow this session; add credentials with SessionBuilder::with_digest_auth or change the ACL")]
+    NoAuth {
+        /// The path the operation was refused on.
+        path: String,
+    },
+
+    /// No ZooKeeper server could be reached within the connect timeout.
+    #[error("cannot reach ZooKeeper at {hosts} within {timeout:?}: check that the servers are up and the address is right")]
+    Unreachable {
+        /// The connect string that was tried.
+        hosts: String,
+        /// How long connecting was tried.
+        timeout: Duration,
+    },
+
+    /// The session (or the guard's lock handle) was closed by this process.
+    #[error("the session is closed; create a new Session to continue")]
+    Closed,
+
+    /// A request failed with a ZooKeeper error not covered by a variant above.
+    #[error("ZooKeeper {op} on {path} failed: {source}")]
+    ZooKeeper {
+        /// What was attempted ("create", "delete", ...).
+        op: &'static str,
+        /// The path it was attempted on.
+        path: String,
+        /// The client's error.
+        #[source]
+        source: zk::Error,
+    },
+
+    /// A recipe does not support what was asked of it (for example upgrading a read lock to a
+    /// write lock, which would deadlock two upgrading readers).
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
+
+    /// The test harness could not start or control a ZooKeeper server.
+    #[error("ZooKeeper test harness: {0}")]
+    Harness(String),
+}
+
+/// Why a lock, lease or leadership was lost.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// The ZooKeeper session expired (or the server handed out a new session).
+    SessionExpired,
+    /// The loss policy gave up on the session: the connection was down for too long
+    /// (`Grace`) or at all (`OnSuspend`).
+    ConnectionLost,
+    /// Our node was deleted, or changed owner, by someone else.
+    NodeDeleted,
+    /// The session was closed by this process.
+    Closed,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::SessionExpired => "session expired",
+            LossReason::ConnectionLost => "connection lost for longer than the loss policy allows",
+            LossReason::NodeDeleted => "lock node deleted by someone else",
+            LossReason::Closed => "session closed",
+        })
+    }
+}
+
+impl Error {
+    /// Wraps a ZooKeeper client error raised by `op` on `path`, mapping the variants a caller
+    /// acts on (expiry, connection loss, permissions, closed) to their own variants.
+    pub(crate) fn zk(op: &'static str, path: &str, source: zk::Error) -> Error {
+        match source {
+            zk::Error::SessionExpired => Error::SessionExpired,
+            zk::Error::ConnectionLoss | zk::Error::Custom(_) => Error::ConnectionLost,
+            zk::Error::NoAuth => Error::NoAuth {
+                path: path.to_string(),
+            },
+            zk::Error::ClientClosed => Error::Closed,
+            source => Error::ZooKeeper {
+                op,
+                path: path.to_string(),
+                source,
+            },
+        }
+    }
+
+    /// True when a request may or may not have been applied (connection lost mid-request).
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::ConnectionLost)
+    }
+
+    /// True when the same call may succeed if retried later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout
+                | Error::WouldBlock
+                | Error::SessionExpired
+                | Error::ConnectionLost
+                | Error::Unreachable { .. }
+        )
+    }
+
+    /// The underlying ZooKeeper error, when this wraps one.
+    pub fn zookeeper_error(&self) -> Option<&zk::Error> {
+        match self {
+            Error::ZooKeeper { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<Error>();
+};

@@ -1,0 +1,289 @@
+//! ZooKeeper path validation and the contender node names of every recipe.
+//!
+//! Paths are checked before any request is sent, so a typo never leaves a node behind.
+//!
+//! # Contender node names
+//!
+//! All queue-based recipes create EPHEMERAL_SEQUENTIAL children of one directory and order them
+//! by the ZooKeeper sequence suffix (10 digits, the parent's counter, shared by all children
+//! whatever their prefix). The names follow the peers, so mixed fleets share one queue:
+//!
+//! | who                              | name                                 | kind            |
+//! |----------------------------------|--------------------------------------|-----------------|
+//! | Curator InterProcessMutex, ours  | `_c_<uuid>-lock-<seq>`               | [`NodeKind::Lock`]  |
+//! | Curator read/write lock, ours    | `_c_<uuid>-__READ__<seq>` / `__WRIT__` | `Read` / `Write` |
+//! | Curator LeaderLatch, ours        | `_c_<uuid>-latch-<seq>`              | [`NodeKind::Latch`] |
+//! | our semaphore                    | `_c_<uuid>-lease-<seq>`              | [`NodeKind::Lease`] |
+//! | kazoo Lock / WriteLock, ours (kazoo layout) | `<32 hex>__lock__<seq>`   | `Lock` (kazoo)  |
+//! | kazoo ReadLock, ours (kazoo layout) | `<32 hex>__rlock__<seq>`          | `Read` (kazoo)  |
+//!
+//! The `_c_<uuid>-` (or `<32 hex>`) part is the *protection id*: it is chosen before the create
+//! is sent, so after a connection loss mid-create the client finds its own node by it instead
+//! of leaving an orphan.
+
+use crate::error::{Error, Result};
+
+/// Checks that `path` is a valid absolute ZooKeeper path for a recipe.
+///
+/// Rejects: empty, relative, `/` itself, a trailing `/`, empty segments (`//`), `.` and `..`
+/// segments, and characters ZooKeeper refuses (NUL, control characters, U+FFF0..).
+///
+/// # Examples
+///
+/// ```
+/// use zk_recipes::validate_path;
+///
+/// assert!(validate_path("/app/locks/nightly").is_ok());
+/// assert!(validate_path("app/locks").is_err());
+/// assert!(validate_path("/app//locks").is_err());
+/// ```
+pub fn validate_path(path: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(Error::InvalidPath {
+            path: path.to_string(),
+            reason,
+        })
+    };
+    if path.is_empty() {
+        return bad("it is empty");
+    }
+    if !path.starts_with('/') {
+        return bad("it is relative (does not start with '/')");
+    }
+    if path == "/" {
+        return bad("the root cannot hold a recipe");
+    }
+    if path.ends_with('/') {
+        return bad("it ends with '/'");
+    }
+    for segment in path[1..].split('/') {
+        match segment {
+            "" => return bad("it has an empty segment ('//')"),
+            "." | ".." => return bad("it has a '.' or '..' segment"),
+            _ => {}
+        }
+    }
+    if path.chars().any(|c| c == '\0') {
+        return bad("it contains a NUL character");
+    }
+    if path.chars().any(|c| {
+        c.is_control()
+            || ('\u{fff0}'..='\u{ffff}').contains(&c)
+            || ('\u{e000}'..='\u{f8ff}').contains(&c)
+    }) {
+        return bad("it contains a character ZooKeeper does not allow (control or reserved)");
+    }
+    Ok(())
+}
+
+/// Checks a chroot: like [`validate_path`], but `/` is allowed (no chroot).
+pub(crate) fn validate_chroot(path: &str) -> Result<()> {
+    if path == "/" {
+        return Ok(());
+    }
+    validate_path(path)
+}
+
+/// The parent of an absolute path (`/a/b` → `/a`, `/a` → `/`).
+pub(crate) fn parent(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
+/// Joins a directory and a child name.
+pub(crate) fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// What a contender node stands for, read from its name.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeKind {
+    /// An exclusive lock contender (Curator `-lock-`, kazoo `__lock__`).
+    Lock,
+    /// A reader of a read/write lock (Curator `__READ__`, kazoo `__rlock__`).
+    Read,
+    /// A writer of a read/write lock (Curator `__WRIT__`).
+    Write,
+    /// A leader-election candidate (Curator LeaderLatch `-latch-`).
+    Latch,
+    /// A semaphore lease (ours: `-lease-`).
+    Lease,
+}
+
+impl NodeKind {
+    /// The lowercase name used by `zkr holders` and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeKind::Lock => "lock",
+            NodeKind::Read => "read",
+            NodeKind::Write => "write",
+            NodeKind::Latch => "latch",
+            NodeKind::Lease => "lease",
+        }
+    }
+}
+
+/// The naming convention a node follows.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Layout {
+    /// Apache Curator's protected names: `_c_<uuid>-<marker><seq>` (the default).
+    #[default]
+    Curator,
+    /// kazoo's names: `<32 hex>__lock__<seq>` / `<32 hex>__rlock__<seq>`.
+    Kazoo,
+}
+
+/// A contender node name taken apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeName {
+    /// The child name, e.g. `_c_1b4e…-lock-0000000007`.
+    pub name: String,
+    /// The sequence number ZooKeeper appended.
+    pub sequence: i64,
+    /// What the node stands for.
+    pub kind: NodeKind,
+    /// Whose convention the name follows.
+    pub layout: Layout,
+    /// The protection id (Curator's uuid or kazoo's hex), if any.
+    pub protection: Option<String>,
+}
+
+const CURATOR_MARKERS: [(&str, NodeKind); 5] = [
+    ("-lock-", NodeKind::Lock),
+    ("-__READ__", NodeKind::Read),
+    ("-__WRIT__", NodeKind::Write),
+    ("-latch-", NodeKind::Latch),
+    ("-lease-", NodeKind::Lease),
+];
+const KAZOO_MARKERS: [(&str, NodeKind); 2] =
+    [("__lock__", NodeKind::Lock), ("__rlock__", NodeKind::Read)];
+
+impl NodeName {
+    /// Parses a child name; `None` for names that are not recipe contenders.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zk_recipes::{NodeKind, NodeName, Layout};
+    ///
+    /// let n = NodeName::parse("_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b-lock-0000000042").unwrap();
+    /// assert_eq!((n.sequence, n.kind, n.layout), (42, NodeKind::Lock, Layout::Curator));
+    /// let k = NodeName::parse("5d1e0f2a9b8c4d3e2f1a0b9c8d7e6f5a__rlock__0000000003").unwrap();
+    /// assert_eq!((k.sequence, k.kind, k.layout), (3, NodeKind::Read, Layout::Kazoo));
+    /// assert!(NodeName::parse("readme").is_none());
+    /// ```
+    pub fn parse(name: &str) -> Option<NodeName> {
+        let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
+        if digits < 10 {
+            return None;
+        }
+        let (head, seq) = name.split_at(name.len() - digits);
+        let sequence: i64 = seq.parse().ok()?;
+        for (marker, kind) in CURATOR_MARKERS {
+            if let Some(prefix) = head.strip_suffix(marker) {
+                let protection = prefix.strip_prefix("_c_").map(str::to_string);
+                return Some(NodeName {
+                    name: name.to_string(),
+                    sequence,
+                    kind,
+                    layout: Layout::Curator,
+                    protection,
+                });
+            }
+        }
+        for (marker, kind) in KAZOO_MARKERS {
+            if let Some(prefix) = head.strip_suffix(marker) {
+                let protection = (!prefix.is_empty()).then(|| prefix.to_string());
+                return Some(NodeName {
+                    name: name.to_string(),
+                    sequence,
+                    kind,
+                    layout: Layout::Kazoo,
+                    protection,
+                });
+            }
+        }
+        None
+    }
+}
+
+/// Builds the name prefix (before ZooKeeper's sequence) of a new contender.
+///
+/// Returns `(prefix, protection id)`. Curator: `_c_<uuid>-lock-`; kazoo: `<32 hex>__lock__`.
+pub(crate) fn new_prefix(layout: Layout, kind: NodeKind) -> (String, String) {
+    let id = uuid::Uuid::new_v4();
+    match layout {
+        Layout::Curator => {
+            let id = id.hyphenated().to_string();
+            let marker = CURATOR_MARKERS
+                .iter()
+                .find(|(_, k)| *k == kind)
+                .map(|(m, _)| *m)
+                .unwrap_or("-lock-");
+            (format!("_c_{id}{marker}"), id)
+        }
+        Layout::Kazoo => {
+            let id = id.simple().to_string();
+            let marker = match kind {
+                NodeKind::Read => "__rlock__",
+                _ => "__lock__",
+            };
+            (format!("{id}{marker}"), id)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_malformed_paths() {
+        for p in [
+            "", "a", "/", "/a/", "//a", "/a//b", "/a/./b", "/a/../b", "/.", "/a\0b", "/a\u{1}b",
+        ] {
+            assert!(
+                matches!(validate_path(p), Err(Error::InvalidPath { .. })),
+                "{p:?} was accepted"
+            );
+        }
+        for p in ["/a", "/a/b-c_d.e", "/app/locks/job 1"] {
+            assert!(validate_path(p).is_ok(), "{p:?} was rejected");
+        }
+    }
+
+    #[test]
+    fn new_prefixes_parse_back() {
+        for layout in [Layout::Curator, Layout::Kazoo] {
+            for kind in [NodeKind::Lock, NodeKind::Read] {
+                let (prefix, id) = new_prefix(layout, kind);
+                let n = NodeName::parse(&format!("{prefix}0000000012")).unwrap();
+                assert_eq!(
+                    (n.kind, n.layout, n.sequence, n.protection.as_deref()),
+                    (kind, layout, 12, Some(&*id))
+                );
+            }
+        }
+        let (p, _) = new_prefix(Layout::Curator, NodeKind::Write);
+        assert_eq!(
+            NodeName::parse(&format!("{p}0000000001")).unwrap().kind,
+            NodeKind::Write
+        );
+    }
+
+    #[test]
+    fn parent_and_join() {
+        assert_eq!(parent("/a/b"), "/a");
+        assert_eq!(parent("/a"), "/");
+        assert_eq!(join("/", "x"), "/x");
+        assert_eq!(join("/a", "x"), "/a/x");
+    }
+}

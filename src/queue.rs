@@ -1,0 +1,762 @@
+//! The contender queue every queue-based recipe stands on (fair lock, semaphore, read/write
+//! lock, leader election).
+//!
+//! # Znode layout
+//!
+//! One directory per lock; each contender is an EPHEMERAL_SEQUENTIAL child named as in
+//! [`crate::path`] (Curator's `_c_<uuid>-lock-<seq>` by default). Contenders are ordered by the
+//! sequence suffix, which the parent assigns in creation order.
+//!
+//! # Algorithm
+//!
+//! 1. **One round trip to enter.** `create` and `get_children(dir)` are queued back to back on
+//!    the session without awaiting the first; ZooKeeper answers a session's requests in order,
+//!    so the listing already contains our node. Missing parents are made as CONTAINER nodes
+//!    (the server reaps them once empty) and the pair is sent again.
+//! 2. **Who blocks us.** A [`Rule`] says which lower nodes block us: all of them (exclusive
+//!    lock, writer, election), the lower writers (reader), or "at least `permits` of them"
+//!    (semaphore). Lower sequence numbers never reappear, so the snapshot we read can only
+//!    shrink: we never need to list again to learn about *new* blockers.
+//! 3. **No herd.** We watch one node: the nearest blocker (the `permits`-th nearest for a
+//!    semaphore), with an `exists` watch, plus our own node (to notice it being deleted by
+//!    someone else).
+//! 4. **One notification per hand-off.** Our release is one `multi`: `set_data(node, MARK)` then
+//!    `delete(node)`. Nothing else in the toolkit (nor Curator or kazoo) changes a contender's
+//!    data, so a waiter whose watch fires with NodeDataChanged knows the watched node *held*
+//!    the lock and is now gone. If it held it exclusively (a lock, writer or leader node),
+//!    nothing below it can exist, and the waiter takes the lock with no request at all. On a
+//!    plain deletion (a cancelled waiter, an expired session, a Curator or kazoo holder, or a
+//!    released reader) the waiter walks back through the nodes it already read, one `exists`
+//!    each, and re-lists only after several in a row are gone. Curator and kazoo re-list every
+//!    child at each wake-up instead: O(N) per hand-off.
+//! 5. **Ownership.** A node counts as ours only in the epoch (session) that created it, with
+//!    `ephemeralOwner` equal to that session id. When the epoch ends, a waiter re-queues in the
+//!    next session (at the back) after deleting any node the old session may have left; a
+//!    holder is told through `lost()`.
+//! 6. **Connection loss during create.** The name carries a random protection id chosen before
+//!    the request is sent; when the outcome is unknown we look for the id among the children:
+//!    found in our session, it is ours; anything else is deleted, never adopted.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use crate::error::{Error, LossReason, Result};
+use crate::path::{join, new_prefix, Layout, NodeKind, NodeName};
+use crate::session::{Epoch, Session};
+
+/// The data our release writes just before deleting a contender node.
+pub(crate) const RELEASE_MARK: &[u8] = b"\x00zk-recipes:released";
+
+/// A boxed one-shot watch.
+pub(crate) type WatchFuture = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
+/// Which lower nodes block a contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// Every lower contender blocks (fair lock, writer, leader election).
+    Exclusive,
+    /// Lower exclusive nodes (locks, writers) block; lower readers do not.
+    Read,
+    /// Granted while fewer than `permits` lower contenders exist (semaphore).
+    Permits(usize),
+}
+
+/// How an acquire waits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    /// Never wait: `WouldBlock` if not granted at once.
+    Try,
+    /// Wait until the deadline (if any).
+    Until(Option<Instant>),
+}
+
+/// Which node kinds take part in a queue, and which one we create.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueSpec {
+    pub(crate) dir: String,
+    pub(crate) layout: Layout,
+    pub(crate) kind: NodeKind,
+    pub(crate) members: &'static [NodeKind],
+    pub(crate) rule: Rule,
+    pub(crate) data: Vec<u8>,
+    pub(crate) acls: Vec<zk::Acl>,
+    pub(crate) requeue_on_expiry: bool,
+}
+
+/// Node kinds that take part in a lock directory (Curator and kazoo locks, read/write nodes).
+pub(crate) const LOCK_MEMBERS: &[NodeKind] = &[NodeKind::Lock, NodeKind::Read, NodeKind::Write];
+
+impl QueueSpec {
+    fn is_member(&self, n: &NodeName) -> bool {
+        self.members.contains(&n.kind)
+    }
+
+    /// Whether a node of this kind, when it holds, holds alone.
+    fn holds_alone(kind: NodeKind) -> bool {
+        matches!(kind, NodeKind::Lock | NodeKind::Write | NodeKind::Latch)
+    }
+
+    fn blocks(&self, n: &NodeName) -> bool {
+        match self.rule {
+            Rule::Read => Self::holds_alone(n.kind),
+            _ => true,
+        }
+    }
+
+    /// Given the lower members (ascending), the node to watch, or `None` when granted.
+    fn watch_target<'a>(&self, lower: &'a [NodeName]) -> Option<&'a NodeName> {
+        match self.rule {
+            Rule::Exclusive => lower.last(),
+            Rule::Read => lower.iter().rev().find(|n| self.blocks(n)),
+            Rule::Permits(p) => lower.len().checked_sub(p).map(|i| &lower[i]),
+        }
+    }
+
+    /// Whether a release mark on `watched` proves we hold the lock now.
+    fn mark_grants(&self, watched: &NodeName) -> bool {
+        !matches!(self.rule, Rule::Permits(_)) && Self::holds_alone(watched.kind)
+    }
+}
+
+/// A node granted to us.
+pub(crate) struct Granted {
+    pub(crate) epoch: Arc<Epoch>,
+    pub(crate) path: String,
+    pub(crate) name: NodeName,
+    pub(crate) czxid: i64,
+    /// Our own-node watch, if set while waiting (saves a request on a marked hand-off).
+    pub(crate) own_watch: Option<WatchFuture>,
+}
+
+/// Deletes a node left by an acquire that did not finish (cancelled, timed out, failed).
+struct PendingNode {
+    session: Session,
+    epoch: Arc<Epoch>,
+    dir: String,
+    protection: String,
+    path: Option<String>,
+    armed: bool,
+}
+
+impl PendingNode {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for PendingNode {
+    fn drop(&mut self) {
+        if !self.armed || self.epoch.lost_token().is_cancelled() {
+            return;
+        }
+        let epoch = self.epoch.clone();
+        let dir = self.dir.clone();
+        let protection = self.protection.clone();
+        let path = self.path.clone();
+        self.session.spawn_tracked(async move {
+            if let Err(err) = delete_ours(&epoch, &dir, &protection, path.as_deref()).await {
+                tracing::warn!(%err, dir, "could not delete an abandoned contender node; it goes when the session ends");
+            }
+        });
+    }
+}
+
+/// Deletes our node: by path if known, else by finding the protection id among the children.
+async fn delete_ours(epoch: &Epoch, dir: &str, protection: &str, path: Option<&str>) -> Result<()> {
+    let path = match path {
+        Some(p) => p.to_string(),
+        None => match find_by_protection(epoch, dir, protection).await? {
+            Some((p, _)) => p,
+            None => return Ok(()),
+        },
+    };
+    match tokio::time::timeout(Duration::from_secs(30), epoch.delete(&path, None)).await {
+        Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => Ok(()),
+        Ok(Err(err)) => Err(Error::zk("delete", &path, err)),
+        Err(_) => Err(Error::Timeout),
+    }
+}
+
+async fn find_by_protection(epoch: &Epoch, dir: &str, protection: &str) -> Result<Option<(String, NodeName)>> {
+    let children = match epoch.get_children(dir).await {
+        Ok((c, _)) => c,
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(err) => return Err(Error::zk("get_children", dir, err)),
+    };
+    Ok(children
+        .into_iter()
+        .filter_map(|c| NodeName::parse(&c))
+        .find(|n| n.protection.as_deref() == Some(protection))
+        .map(|n| (join(dir, &n.name), n)))
+}
+
+/// Outcome of one attempt in one epoch.
+enum Attempt {
+    Granted(Granted),
+    /// The epoch ended (or our node vanished) while waiting: try again in the next one.
+    Requeue(LossReason, Option<String>),
+}
+
+/// Acquires a place in the queue and waits until the rule grants it.
+///
+/// # Cancel safety
+///
+/// Dropping the future deletes our node in the background (tracked by the session).
+pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
+    let mut stale: Option<String> = None;
+    loop {
+        let epoch = match wait {
+            Wait::Until(Some(deadline)) => match tokio::time::timeout_at(deadline.into(), session.epoch()).await {
+                Ok(r) => r?,
+                Err(_) => return Err(Error::Timeout),
+            },
+            _ => session.epoch().await?,
+        };
+        if let Some(path) = stale.take() {
+            // A node from an older session is deleted, never adopted.
+            let _ = epoch.delete(&path, None).await;
+        }
+        match attempt(session, spec, wait, epoch).await? {
+            Attempt::Granted(g) => return Ok(g),
+            Attempt::Requeue(reason, left) => {
+                if !spec.requeue_on_expiry {
+                    if let Some(path) = left {
+                        if let Some(epoch) = session.current_epoch() {
+                            let _ = epoch.delete(&path, None).await;
+                        }
+                    }
+                    return Err(match reason {
+                        LossReason::SessionExpired | LossReason::ConnectionLost => Error::SessionExpired,
+                        LossReason::Closed => Error::Closed,
+                        other => Error::LockLost(other),
+                    });
+                }
+                tracing::info!(dir = spec.dir, %reason, "contender re-queues in a new session");
+                stale = left;
+            }
+        }
+    }
+}
+
+fn create_options(spec: &QueueSpec) -> zk::CreateOptions<'_> {
+    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&spec.acls))
+}
+
+async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epoch>) -> Result<Attempt> {
+    let (prefix, protection) = new_prefix(spec.layout, spec.kind);
+    let prefix_path = join(&spec.dir, &prefix);
+    let mut pending =
+        PendingNode { session: session.clone(), epoch: epoch.clone(), dir: spec.dir.clone(), protection: protection.clone(), path: None, armed: true };
+    let options = create_options(spec);
+    let mut made_parents = 0;
+    // Step 1: create + list in one round trip.
+    let (mine, children) = loop {
+        let create = epoch.create(&prefix_path, &spec.data, &options);
+        let list = epoch.get_children(&spec.dir);
+        let created = create.await;
+        let listed = list.await;
+        match created {
+            Ok((stat, seq)) => {
+                let name = format!("{prefix}{seq}");
+                pending.path = Some(join(&spec.dir, &name));
+                if stat.ephemeral_owner != epoch.session_id {
+                    return Err(Error::ZooKeeper {
+                        op: "create",
+                        path: prefix_path.clone(),
+                        source: zk::Error::UnexpectedError("created node is not owned by our session".into()),
+                    });
+                }
+                let node = NodeName::parse(&name).expect("our own node name parses");
+                match listed {
+                    Ok((children, _)) => break ((node, stat.czxid), children),
+                    Err(err) if is_unknown(&err) => return Ok(requeue_or_retry(&epoch, pending)),
+                    Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
+                }
+            }
+            Err(zk::Error::NoNode) if made_parents < 5 => {
+                made_parents += 1;
+                let container = zk::CreateMode::Container.with_acls(zk::Acls::new(&spec.acls));
+                match epoch.create_parents(&prefix_path, &container).await {
+                    Ok(()) => continue,
+                    Err(err) if is_unknown(&err) => return Ok(requeue_or_retry(&epoch, pending)),
+                    Err(zk::Error::NoNode) => {
+                        return Err(Error::InvalidPath { path: spec.dir.clone(), reason: "its chroot does not exist" })
+                    }
+                    Err(err) => return Err(Error::zk("create parent", &spec.dir, err)),
+                }
+            }
+            Err(zk::Error::NoChildrenForEphemerals) => {
+                pending.disarm();
+                return Err(Error::InvalidArgument(format!(
+                    "{} is an ephemeral node and cannot hold a lock queue: pick another path",
+                    spec.dir
+                )));
+            }
+            Err(err) if is_unknown(&err) => {
+                // Outcome unknown: look for our protection id once the session is back.
+                match recover_unknown_create(&epoch, spec, &protection).await {
+                    Some((path, node, czxid)) => {
+                        pending.path = Some(path);
+                        match epoch.get_children(&spec.dir).await {
+                            Ok((children, _)) => break ((node, czxid), children),
+                            Err(_) => return Ok(requeue_or_retry(&epoch, pending)),
+                        }
+                    }
+                    None => return Ok(requeue_or_retry(&epoch, pending)),
+                }
+            }
+            Err(err) => {
+                pending.disarm();
+                return Err(Error::zk("create", &prefix_path, err));
+            }
+        }
+    };
+    let (me, czxid) = mine;
+    let my_path = join(&spec.dir, &me.name);
+    let mut lower: Vec<NodeName> = children
+        .iter()
+        .filter_map(|c| NodeName::parse(c))
+        .filter(|n| spec.is_member(n) && n.sequence < me.sequence)
+        .collect();
+    lower.sort_by_key(|n| n.sequence);
+
+    if spec.watch_target(&lower).is_none() {
+        pending.disarm();
+        return Ok(Attempt::Granted(Granted { epoch, path: my_path, name: me, czxid, own_watch: None }));
+    }
+    let deadline = match wait {
+        Wait::Try => {
+            // Busy: remove our node before answering.
+            pending.disarm();
+            match tokio::time::timeout(Duration::from_secs(10), epoch.delete(&my_path, None)).await {
+                Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
+                _ => spawn_delete(session, &epoch, my_path.clone()),
+            }
+            return Err(Error::WouldBlock);
+        }
+        Wait::Until(deadline) => deadline,
+    };
+
+    // Step 2: wait, watching one blocker and our own node.
+    let mut own_watch: Option<WatchFuture> = None;
+    let mut missing_in_a_row = 0;
+    let mut blips = 0;
+    loop {
+        let Some(target) = spec.watch_target(&lower).cloned() else {
+            pending.disarm();
+            return Ok(Attempt::Granted(Granted { epoch, path: my_path, name: me, czxid, own_watch }));
+        };
+        let target_path = join(&spec.dir, &target.name);
+        let watch = epoch.check_and_watch_stat(&target_path);
+        let (watched, own) = if own_watch.is_none() {
+            let own = epoch.check_and_watch_stat(&my_path);
+            let watched = watch.await;
+            (watched, Some(own.await))
+        } else {
+            (watch.await, None)
+        };
+        let mut unknown = false;
+        if let Some(own) = own {
+            match own {
+                Ok((Some(stat), w)) if stat.czxid == czxid => own_watch = Some(Box::pin(w.changed())),
+                Ok((_, _)) => return Ok(Attempt::Requeue(LossReason::NodeDeleted, None)),
+                Err(err) if is_unknown(&err) => unknown = true,
+                Err(err) => return Err(Error::zk("exists", &my_path, err)),
+            }
+        }
+        let watcher = match watched {
+            Ok((Some(w_stat), w)) if !unknown => {
+                let _ = w_stat;
+                w
+            }
+            Ok((None, _)) if !unknown => {
+                // Gone already: walk back, or re-list after several misses.
+                lower.retain(|n| n.sequence != target.sequence);
+                missing_in_a_row += 1;
+                if matches!(spec.rule, Rule::Permits(_)) || missing_in_a_row >= 3 {
+                    missing_in_a_row = 0;
+                    match relist(&epoch, spec, me.sequence).await {
+                        Ok(l) => lower = l,
+                        Err(err) if is_unknown(&err) => {}
+                        Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
+                    }
+                }
+                continue;
+            }
+            Err(err) if !is_unknown(&err) => return Err(Error::zk("exists", &target_path, err)),
+            _ => {
+                // A connection blip: requests sent while disconnected wait for the reconnect,
+                // so this does not spin. Re-read the queue, or re-queue if the epoch ended.
+                blips += 1;
+                if epoch.lost_token().is_cancelled() || blips > 20 {
+                    return Ok(requeue_or_retry(&epoch, pending));
+                }
+                if let Ok(l) = relist(&epoch, spec, me.sequence).await {
+                    lower = l;
+                }
+                continue;
+            }
+        };
+        missing_in_a_row = 0;
+        let own_fut = own_watch.as_mut().expect("own watch set above");
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        enum Woke {
+            Watched(zk::WatchedEvent),
+            Own(zk::WatchedEvent),
+            EpochLost,
+            Deadline,
+        }
+        let woke = tokio::select! {
+            event = watcher.changed() => Woke::Watched(event),
+            event = own_fut => Woke::Own(event),
+            _ = epoch.lost_token().cancelled() => Woke::EpochLost,
+            _ = sleep => Woke::Deadline,
+        };
+        match woke {
+            Woke::Watched(event) => match event.event_type {
+                zk::EventType::NodeDataChanged if spec.mark_grants(&target) => {
+                    pending.disarm();
+                    return Ok(Attempt::Granted(Granted { epoch, path: my_path, name: me, czxid, own_watch }));
+                }
+                zk::EventType::NodeDataChanged | zk::EventType::NodeDeleted => {
+                    lower.retain(|n| n.sequence != target.sequence);
+                    if matches!(spec.rule, Rule::Permits(_)) {
+                        match relist(&epoch, spec, me.sequence).await {
+                            Ok(l) => lower = l,
+                            Err(err) if is_unknown(&err) => {}
+                            Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
+                        }
+                    }
+                }
+                zk::EventType::Session => return Ok(requeue_or_retry(&epoch, pending)),
+                _ => {}
+            },
+            Woke::Own(event) => {
+                // Our own node changed: deleted (or touched) by someone else, or the session ended.
+                if event.event_type == zk::EventType::Session {
+                    return Ok(requeue_or_retry(&epoch, pending));
+                }
+                pending.disarm();
+                let _ = epoch.delete(&my_path, None);
+                return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
+            }
+            Woke::EpochLost => return Ok(requeue_or_retry(&epoch, pending)),
+            Woke::Deadline => {
+                pending.disarm();
+                match tokio::time::timeout(Duration::from_secs(10), epoch.delete(&my_path, None)).await {
+                    Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
+                    _ => spawn_delete(session, &epoch, my_path.clone()),
+                }
+                return Err(Error::Timeout);
+            }
+        }
+    }
+}
+
+fn spawn_delete(session: &Session, epoch: &Arc<Epoch>, path: String) {
+    let epoch = epoch.clone();
+    session.spawn_tracked(async move {
+        let _ = delete_ours(&epoch, "", "", Some(&path)).await;
+    });
+}
+
+/// The epoch failed under us. If it has ended, re-queue (remembering our node, if any, as
+/// stale); if it is still alive (a connection blip), re-queue too, after deleting our node.
+fn requeue_or_retry(epoch: &Arc<Epoch>, mut pending: PendingNode) -> Attempt {
+    let reason = epoch.loss_reason().unwrap_or(LossReason::ConnectionLost);
+    let path = pending.path.clone();
+    if epoch.lost_token().is_cancelled() {
+        pending.disarm();
+        Attempt::Requeue(reason, path)
+    } else {
+        // Still the same session: the PendingNode's drop deletes the node in the background.
+        pending.armed = true;
+        drop(pending);
+        Attempt::Requeue(LossReason::ConnectionLost, None)
+    }
+}
+
+async fn recover_unknown_create(epoch: &Arc<Epoch>, spec: &QueueSpec, protection: &str) -> Option<(String, NodeName, i64)> {
+    if epoch.lost_token().is_cancelled() {
+        return None;
+    }
+    let (path, node) = find_by_protection(epoch, &spec.dir, protection).await.ok()??;
+    let (_, stat) = epoch.get_data(&path).await.ok()?;
+    if stat.ephemeral_owner == epoch.session_id {
+        Some((path, node, stat.czxid))
+    } else {
+        let _ = epoch.delete(&path, None).await;
+        None
+    }
+}
+
+async fn relist(epoch: &Epoch, spec: &QueueSpec, my_seq: i64) -> std::result::Result<Vec<NodeName>, zk::Error> {
+    let (children, _) = epoch.get_children(&spec.dir).await?;
+    let mut lower: Vec<NodeName> =
+        children.iter().filter_map(|c| NodeName::parse(c)).filter(|n| spec.is_member(n) && n.sequence < my_seq).collect();
+    lower.sort_by_key(|n| n.sequence);
+    Ok(lower)
+}
+
+fn is_unknown(err: &zk::Error) -> bool {
+    matches!(err, zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::Timeout)
+}
+
+/// One contender of a queue, as listed by `contenders()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contender {
+    /// The node name and what it stands for.
+    pub node: NodeName,
+    /// The ZooKeeper session that owns it.
+    pub owner: i64,
+    /// Its data (our contenders store their identity; Curator stores the client address).
+    pub data: Vec<u8>,
+    /// How long ago it was created (by the server's clock).
+    pub age: Duration,
+    /// Its creation zxid: the fencing token it has or would have as holder.
+    pub czxid: i64,
+}
+
+/// Lists the contenders of `dir` of the given kinds, in queue order.
+pub(crate) async fn contenders(session: &Session, dir: &str, members: &[NodeKind]) -> Result<Vec<Contender>> {
+    let epoch = session.epoch().await?;
+    let children = match epoch.get_children(dir).await {
+        Ok((c, _)) => c,
+        Err(zk::Error::NoNode) => return Ok(Vec::new()),
+        Err(err) => return Err(Error::zk("get_children", dir, err)),
+    };
+    let mut nodes: Vec<NodeName> =
+        children.iter().filter_map(|c| NodeName::parse(c)).filter(|n| members.is_empty() || members.contains(&n.kind)).collect();
+    nodes.sort_by_key(|n| n.sequence);
+    // Pipelined: all reads are queued before the first is awaited.
+    let reads: Vec<_> = nodes.iter().map(|n| epoch.get_data(&join(dir, &n.name))).collect();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let mut out = Vec::with_capacity(nodes.len());
+    for (node, read) in nodes.into_iter().zip(reads) {
+        match read.await {
+            Ok((data, stat)) => out.push(Contender {
+                node,
+                owner: stat.ephemeral_owner,
+                data,
+                age: Duration::from_millis(now_ms.saturating_sub(stat.ctime).max(0) as u64),
+                czxid: stat.czxid,
+            }),
+            Err(zk::Error::NoNode) => {}
+            Err(err) => return Err(Error::zk("get_data", dir, err)),
+        }
+    }
+    Ok(out)
+}
+
+/// The shared state behind every guard: our granted node, its loss signal and its release.
+pub(crate) struct Holding {
+    session: Session,
+    epoch: std::sync::Weak<Epoch>,
+    path: String,
+    name: NodeName,
+    czxid: i64,
+    session_id: i64,
+    lost: CancellationToken,
+    reason: Arc<Mutex<Option<LossReason>>>,
+    stop_monitor: CancellationToken,
+    monitor: Option<tokio::task::JoinHandle<()>>,
+    released: bool,
+    on_end: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Holding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holding").field("path", &self.path).field("fencing_token", &self.czxid).field("lost", &self.lost.is_cancelled()).finish()
+    }
+}
+
+impl Holding {
+    /// Starts watching a granted node for loss.
+    pub(crate) fn new(session: &Session, granted: Granted) -> Holding {
+        let Granted { epoch, path, name, czxid, own_watch } = granted;
+        let lost = CancellationToken::new();
+        let reason = Arc::new(Mutex::new(None));
+        let stop_monitor = CancellationToken::new();
+        let own: Pin<Box<dyn Future<Output = std::result::Result<Option<WatchFuture>, ()>> + Send>> = match own_watch {
+            Some(w) => Box::pin(std::future::ready(Ok(Some(w)))),
+            None => {
+                let epoch = epoch.clone();
+                let path = path.clone();
+                Box::pin(async move {
+                    match epoch.check_and_watch_stat(&path).await {
+                        Ok((Some(stat), w)) if stat.czxid == czxid => Ok(Some(Box::pin(w.changed()) as WatchFuture)),
+                        Ok(_) => Err(()),
+                        Err(_) => Ok(None),
+                    }
+                })
+            }
+        };
+        let monitor = {
+            let epoch_token = epoch.lost_token().clone();
+            let epoch_weak = Arc::downgrade(&epoch);
+            let lost = lost.clone();
+            let reason = reason.clone();
+            let stop = stop_monitor.clone();
+            tokio::spawn(async move {
+                let set = |r: LossReason| {
+                    reason.lock().unwrap().get_or_insert(r);
+                    lost.cancel();
+                };
+                let own = tokio::select! {
+                    r = own => r,
+                    _ = stop.cancelled() => return,
+                    _ = epoch_token.cancelled() => {
+                        set(epoch_weak.upgrade().and_then(|e| e.loss_reason()).unwrap_or(LossReason::SessionExpired));
+                        return;
+                    }
+                };
+                let watch = match own {
+                    Err(()) => return set(LossReason::NodeDeleted),
+                    Ok(w) => w,
+                };
+                let node_event = async {
+                    match watch {
+                        Some(w) => w.await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    event = node_event => {
+                        if event.event_type == zk::EventType::Session {
+                            set(epoch_weak.upgrade().and_then(|e| e.loss_reason()).unwrap_or(LossReason::SessionExpired));
+                        } else {
+                            set(LossReason::NodeDeleted);
+                        }
+                    }
+                    _ = stop.cancelled() => {}
+                    _ = epoch_token.cancelled() => {
+                        set(epoch_weak.upgrade().and_then(|e| e.loss_reason()).unwrap_or(LossReason::SessionExpired));
+                    }
+                }
+            })
+        };
+        Holding {
+            session: session.clone(),
+            session_id: epoch.session_id,
+            epoch: Arc::downgrade(&epoch),
+            path,
+            name,
+            czxid,
+            lost,
+            reason,
+            stop_monitor,
+            monitor: Some(monitor),
+            released: false,
+            on_end: None,
+        }
+    }
+
+    /// Runs `f` once when this holding ends (released, dropped).
+    pub(crate) fn on_end(mut self, f: impl FnOnce() + Send + Sync + 'static) -> Holding {
+        self.on_end = Some(Box::new(f));
+        self
+    }
+
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+    pub(crate) fn name(&self) -> &NodeName {
+        &self.name
+    }
+    pub(crate) fn fencing_token(&self) -> i64 {
+        self.czxid
+    }
+    pub(crate) fn session_id(&self) -> i64 {
+        self.session_id
+    }
+    pub(crate) fn lost_token(&self) -> &CancellationToken {
+        &self.lost
+    }
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        *self.reason.lock().unwrap()
+    }
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+    pub(crate) fn epoch(&self) -> Option<Arc<Epoch>> {
+        self.epoch.upgrade().filter(|e| !e.lost_token().is_cancelled())
+    }
+
+    /// Stops the monitor and drops our own-node watch, so that the release below fires only
+    /// the successor's watch.
+    async fn stop_monitor(&mut self) {
+        self.stop_monitor.cancel();
+        if let Some(m) = self.monitor.take() {
+            let _ = m.await;
+        }
+    }
+
+    /// Releases with the one-notification mark.
+    pub(crate) async fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.stop_monitor().await;
+        if self.lost.is_cancelled() {
+            return Err(Error::LockLost(self.loss_reason().unwrap_or(LossReason::SessionExpired)));
+        }
+        let Some(epoch) = self.epoch() else {
+            return Err(Error::LockLost(LossReason::SessionExpired));
+        };
+        let result = epoch.set_and_delete(&self.path, RELEASE_MARK).await;
+        self.lost.cancel();
+        match result {
+            Ok(()) => Ok(()),
+            Err(zk::Error::NoNode) => Err(Error::LockLost(LossReason::NodeDeleted)),
+            Err(err) => {
+                // Best effort: a plain delete (or the session's end) still frees the queue.
+                let path = self.path.clone();
+                let _ = epoch.delete(&path, None);
+                Err(Error::zk("release", &path, err))
+            }
+        }
+    }
+
+    /// Gives up the monitor and returns what is needed to release later (used by downgrade).
+    pub(crate) fn mark_released(&mut self) {
+        self.released = true;
+        self.stop_monitor.cancel();
+        self.lost.cancel();
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        if let Some(f) = self.on_end.take() {
+            f();
+        }
+        if self.released {
+            return;
+        }
+        self.stop_monitor.cancel();
+        let Some(epoch) = self.epoch() else { return };
+        let path = self.path.clone();
+        let monitor = self.monitor.take();
+        self.lost.cancel();
+        self.session.spawn_tracked(async move {
+            if let Some(m) = monitor {
+                let _ = m.await;
+            }
+            match epoch.set_and_delete(&path, RELEASE_MARK).await {
+                Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
+                Err(err) => {
+                    tracing::warn!(path, %err, "release on drop failed; deleting plainly");
+                    let _ = epoch.delete(&path, None).await;
+                }
+            }
+        });
+    }
+}

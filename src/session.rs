@@ -1,0 +1,973 @@
+//! The session manager: one ZooKeeper session shared by every recipe, replaced after expiry.
+//!
+//! # Model
+//!
+//! A [`Session`] owns a supervisor task that holds the current *epoch*: one `zookeeper-client`
+//! session, numbered from 1. An epoch ends when ZooKeeper expires the session, when the server
+//! hands out a different session id on reconnect, or when the [`LossPolicy`] gives up on it.
+//! Ending an epoch cancels its token (every lock, lease and leadership taken in it reports
+//! [`lost`](crate::FairLockGuard::lost) at once), closes that client so its ephemeral nodes are
+//! not left behind on the server, and starts a new session with bounded exponential backoff.
+//! State changes are published on a [`tokio::sync::watch`] channel as [`SessionEvent`]s.
+//!
+//! # Why the `Grace` policy measures from the last *sent* request that was answered
+//!
+//! The server expires a session when it has heard nothing from the client for the negotiated
+//! timeout `T`. Every request we send and see answered was received by the server no earlier
+//! than when we sent it, so the server cannot expire the session before `sent + T`. The manager
+//! records, on the monotonic clock, the send instant of the newest answered request (its own
+//! heartbeat keeps one going every `T/5` when the recipes are idle), and declares the epoch
+//! lost at `sent + T - T*15%`: strictly before the server may hand the lock to someone else,
+//! with a 15% margin for our own reaction (signalling a child process, say). Because the check
+//! is a deadline on the monotonic clock, a process that was itself paused (SIGSTOP, a long GC
+//! pause, a VM freeze) finds the deadline passed the moment it runs again and reports the loss
+//! before anything else, instead of trusting a connection state that is stale.
+//!
+//! `OnSuspend` is stricter (lost on the first disconnect, as Curator's default); `OnExpiry` is
+//! laxer (lost only when the session is known expired: by the server, or by the client's own
+//! timer at 7/5 `T` when partitioned), which risks acting as holder after the server gave the
+//! lock away.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zookeeper_client as zk;
+
+use crate::error::{Error, LossReason, Result};
+
+type ZkResult<T> = std::result::Result<T, zk::Error>;
+
+/// When a holder of ephemeral nodes (a lock, a lease, a leadership) counts them as lost.
+///
+/// # Examples
+///
+/// ```
+/// use zk_recipes::LossPolicy;
+///
+/// assert_eq!(LossPolicy::default(), LossPolicy::Grace);
+/// assert_eq!("suspend".parse::<LossPolicy>().unwrap(), LossPolicy::OnSuspend);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LossPolicy {
+    /// Lost only when the session is known to have expired.
+    OnExpiry,
+    /// Lost as soon as the connection drops.
+    OnSuspend,
+    /// Lost once the connection has been down long enough that the server may have expired the
+    /// session (see the module docs). The default.
+    #[default]
+    Grace,
+}
+
+impl std::str::FromStr for LossPolicy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "grace" => Ok(LossPolicy::Grace),
+            "suspend" => Ok(LossPolicy::OnSuspend),
+            "expiry" => Ok(LossPolicy::OnExpiry),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown loss policy {other:?}: use grace, suspend or expiry"
+            ))),
+        }
+    }
+}
+
+/// A change in the state of the managed session.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// Not connected yet (before the first session, or between an expiry and the next one).
+    Connecting,
+    /// A new ZooKeeper session is established. `epoch` counts sessions from 1.
+    Connected {
+        /// The epoch number of this session.
+        epoch: u64,
+        /// ZooKeeper's session id.
+        session_id: i64,
+    },
+    /// The connection dropped; the session may still be alive on the server.
+    Suspended {
+        /// The epoch that is suspended.
+        epoch: u64,
+    },
+    /// The connection is back and the session is the same.
+    Reconnected {
+        /// The epoch that reconnected.
+        epoch: u64,
+    },
+    /// The epoch ended: the session expired, or the loss policy gave up on it. Everything held
+    /// in it is lost; a new session is on its way.
+    Expired {
+        /// The epoch that ended.
+        epoch: u64,
+    },
+    /// [`Session::close`] was called or every handle was dropped. Terminal.
+    Closed,
+}
+
+/// Builds a [`Session`]. Created by [`Session::builder`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f() -> zk_recipes::Result<()> {
+/// use std::time::Duration;
+/// use zk_recipes::{LossPolicy, Session};
+///
+/// let session = Session::builder("127.0.0.1:2181")
+///     .with_session_timeout(Duration::from_secs(6))
+///     .with_chroot("/myapp")
+///     .with_loss_policy(LossPolicy::Grace)
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "a builder does nothing until connect() is called"]
+pub struct SessionBuilder {
+    hosts: String,
+    session_timeout: Duration,
+    connect_timeout: Option<Duration>,
+    chroot: Option<String>,
+    auth: Option<(String, String)>,
+    loss_policy: LossPolicy,
+}
+
+impl std::fmt::Debug for SessionBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionBuilder")
+            .field("hosts", &self.hosts)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("chroot", &self.chroot)
+            .field("auth", &self.auth.as_ref().map(|(u, _)| u))
+            .field("loss_policy", &self.loss_policy)
+            .finish()
+    }
+}
+
+impl SessionBuilder {
+    /// Session timeout to ask for (default 10 s). The server clamps it to 2..20 ticks.
+    pub const fn with_session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long [`connect`](Self::connect) tries before returning [`Error::Unreachable`]
+    /// (default: the session timeout).
+    pub const fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Root every path under `chroot` (default: none). The node must exist.
+    pub fn with_chroot(mut self, chroot: impl Into<String>) -> Self {
+        self.chroot = Some(chroot.into());
+        self
+    }
+
+    /// Authenticates with the `digest` scheme as `user:password` (default: no auth).
+    pub fn with_digest_auth(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.auth = Some((user.into(), password.into()));
+        self
+    }
+
+    /// When holders count their ephemeral nodes as lost (default [`LossPolicy::Grace`]).
+    pub const fn with_loss_policy(mut self, policy: LossPolicy) -> Self {
+        self.loss_policy = policy;
+        self
+    }
+
+    /// Connects and starts the session manager.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] for an empty hosts string, a zero or too large timeout,
+    ///   or a user name with `:`; [`Error::InvalidPath`] for a malformed chroot. No connection
+    ///   is attempted.
+    /// * [`Error::Unreachable`] if no server answered within the connect timeout.
+    /// * [`Error::InvalidPath`] if the chroot does not exist on the server.
+    /// * [`Error::ZooKeeper`] for an authentication failure.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a session half made is dropped, which closes it.
+    pub async fn connect(self) -> Result<Session> {
+        let config = self.validate()?;
+        let deadline = Instant::now() + config.connect_timeout;
+        let client = connect_once(&config, deadline).await?;
+        if config.chroot.is_some() {
+            match client.check_stat("/").await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Err(Error::InvalidPath {
+                        path: config.chroot.clone().unwrap_or_default(),
+                        reason: "the chroot does not exist on the server (create it first)",
+                    })
+                }
+                Err(err) => return Err(Error::zk("check chroot", "/", err)),
+            }
+        }
+        Ok(Session::start(config, client))
+    }
+
+    fn validate(self) -> Result<Config> {
+        let hosts = self.hosts.trim().to_string();
+        if hosts.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the hosts string is empty: give host:port[,host:port...]".into(),
+            ));
+        }
+        for host in hosts.split(',') {
+            let ok = host
+                .rsplit_once(':')
+                .map(|(h, p)| {
+                    !h.is_empty() && !h.contains('/') && p.parse::<u16>().is_ok_and(|p| p > 0)
+                })
+                .unwrap_or(false);
+            if !ok {
+                return Err(Error::InvalidArgument(format!(
+                    "malformed host {host:?} in {hosts:?}: give host:port[,host:port...] (put a chroot in with_chroot)"
+                )));
+            }
+        }
+        check_timeout("session timeout", self.session_timeout)?;
+        let connect_timeout = self.connect_timeout.unwrap_or(self.session_timeout);
+        check_timeout("connect timeout", connect_timeout)?;
+        if let Some(chroot) = &self.chroot {
+            crate::path::validate_chroot(chroot)?;
+        }
+        if let Some((user, _)) = &self.auth {
+            if user.is_empty() || user.contains(':') {
+                return Err(Error::InvalidArgument(format!(
+                    "digest user {user:?} must be non-empty and have no ':'"
+                )));
+            }
+        }
+        let chroot = self.chroot.filter(|c| c != "/");
+        Ok(Config {
+            hosts,
+            session_timeout: self.session_timeout,
+            connect_timeout,
+            chroot,
+            auth: self.auth,
+            loss_policy: self.loss_policy,
+        })
+    }
+}
+
+fn check_timeout(what: &str, d: Duration) -> Result<()> {
+    if d < Duration::from_millis(100) || d > Duration::from_secs(3600) {
+        return Err(Error::InvalidArgument(format!(
+            "{what} {d:?} is out of range: use 100ms..1h"
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    hosts: String,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+    chroot: Option<String>,
+    auth: Option<(String, String)>,
+    loss_policy: LossPolicy,
+}
+
+impl Config {
+    fn connect_string(&self) -> String {
+        match &self.chroot {
+            Some(c) => format!("{}{}", self.hosts, c),
+            None => self.hosts.clone(),
+        }
+    }
+}
+
+/// Connects one `zookeeper-client` session, trying until `deadline`.
+async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> {
+    let unreachable = || Error::Unreachable {
+        hosts: config.hosts.clone(),
+        timeout: config.connect_timeout,
+    };
+    let target = config.connect_string();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(unreachable());
+        }
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(config.session_timeout)
+            .with_connection_timeout(left.min(config.session_timeout))
+            .with_fail_eagerly();
+        if let Some((user, password)) = &config.auth {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        match tokio::time::timeout(left, connector.connect(&target)).await {
+            Err(_) => return Err(unreachable()),
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(zk::Error::AuthFailed)) => {
+                return Err(Error::ZooKeeper {
+                    op: "authenticate",
+                    path: "/".into(),
+                    source: zk::Error::AuthFailed,
+                })
+            }
+            Ok(Err(zk::Error::BadArguments(reason))) => {
+                return Err(Error::InvalidArgument(format!(
+                    "connect string {target:?}: {reason}"
+                )))
+            }
+            Ok(Err(err)) => {
+                tracing::debug!(%err, "connect attempt failed");
+                tokio::time::sleep(Duration::from_millis(100).min(left)).await;
+            }
+        }
+    }
+}
+
+/// Health of the current epoch, on the monotonic clock.
+#[derive(Debug)]
+struct Health {
+    base: Instant,
+    /// Nanoseconds since `base` at which the newest answered request was sent.
+    last_answered_sent: AtomicU64,
+}
+
+impl Health {
+    fn new() -> Arc<Health> {
+        Arc::new(Health {
+            base: Instant::now(),
+            last_answered_sent: AtomicU64::new(0),
+        })
+    }
+
+    fn answered(&self, sent: Instant) {
+        let nanos = sent.saturating_duration_since(self.base).as_nanos() as u64;
+        self.last_answered_sent.fetch_max(nanos, Ordering::AcqRel);
+    }
+
+    fn last_answered_sent(&self) -> Instant {
+        self.base + Duration::from_nanos(self.last_answered_sent.load(Ordering::Acquire))
+    }
+}
+
+/// Did the server answer (successfully or with a definite error)?
+fn was_answered<T>(result: &ZkResult<T>) -> bool {
+    !matches!(
+        result,
+        Err(zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
+            | zk::Error::SessionExpired
+            | zk::Error::ClientClosed
+            | zk::Error::Timeout
+            | zk::Error::AuthFailed)
+    )
+}
+
+/// One ZooKeeper session of the manager. Recipes make every request through it, which is
+/// how the manager counts requests and tracks liveness.
+///
+/// Ops are plain functions returning futures: the request is queued when the function is
+/// called, so calls made one after another reach the server in that order even when their
+/// futures are awaited later (or never).
+pub(crate) struct Epoch {
+    pub(crate) number: u64,
+    pub(crate) session_id: i64,
+    client: zk::Client,
+    lost: CancellationToken,
+    reason: Mutex<Option<LossReason>>,
+    health: Arc<Health>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epoch")
+            .field("number", &self.number)
+            .field("session_id", &format_args!("{:#x}", self.session_id))
+            .finish()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+}
+
+impl Epoch {
+    fn track<T>(
+        &self,
+        fut: impl Future<Output = ZkResult<T>>,
+    ) -> impl Future<Output = ZkResult<T>> {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
+        let health = self.health.clone();
+        async move {
+            let result = fut.await;
+            if was_answered(&result) {
+                health.answered(sent);
+            }
+            result
+        }
+    }
+
+    /// The token cancelled when this epoch ends.
+    pub(crate) fn lost_token(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    /// Why this epoch ended (`None` while it lives).
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        *self.reason.lock().unwrap()
+    }
+
+    fn end(&self, reason: LossReason) {
+        let mut r = self.reason.lock().unwrap();
+        if r.is_none() {
+            *r = Some(reason);
+        }
+        drop(r);
+        self.lost.cancel();
+    }
+
+    pub(crate) fn session_info(&self) -> zk::SessionInfo {
+        self.client.session().clone()
+    }
+
+    pub(crate) fn create<'a>(
+        &'a self,
+        path: &'a str,
+        data: &[u8],
+        options: &zk::CreateOptions<'_>,
+    ) -> impl Future<Output = ZkResult<(zk::Stat, zk::CreateSequence)>> + Send + 'a {
+        self.track(self.client.create(path, data, options))
+    }
+
+    pub(crate) fn delete(
+        &self,
+        path: &str,
+        version: Option<i32>,
+    ) -> impl Future<Output = ZkResult<()>> + Send + 'static {
+        self.track(self.client.delete(path, version))
+    }
+
+    pub(crate) fn get_data(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = ZkResult<(Vec<u8>, zk::Stat)>> + Send + 'static {
+        self.track(self.client.get_data(path))
+    }
+
+    pub(crate) fn check_stat(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = ZkResult<Option<zk::Stat>>> + Send + 'static {
+        self.track(self.client.check_stat(path))
+    }
+
+    pub(crate) fn check_and_watch_stat<'a>(
+        &'a self,
+        path: &str,
+    ) -> impl Future<Output = ZkResult<(Option<zk::Stat>, zk::OneshotWatcher)>> + Send + 'a {
+        self.track(self.client.check_and_watch_stat(path))
+    }
+
+    pub(crate) fn get_and_watch_data<'a>(
+        &'a self,
+        path: &str,
+    ) -> impl Future<Output = ZkResult<(Vec<u8>, zk::Stat, zk::OneshotWatcher)>> + Send + 'a {
+        self.track(self.client.get_and_watch_data(path))
+    }
+
+    pub(crate) fn get_children(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = ZkResult<(Vec<String>, zk::Stat)>> + Send + 'static {
+        self.track(self.client.get_children(path))
+    }
+
+    pub(crate) fn get_and_watch_children<'a>(
+        &'a self,
+        path: &str,
+    ) -> impl Future<Output = ZkResult<(Vec<String>, zk::Stat, zk::OneshotWatcher)>> + Send + 'a
+    {
+        self.track(self.client.get_and_watch_children(path))
+    }
+
+    pub(crate) fn set_data(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+    ) -> impl Future<Output = ZkResult<zk::Stat>> + Send + 'static {
+        self.track(self.client.set_data(path, data, version))
+    }
+
+    /// One transaction: `set_data(path, mark)` then `delete(path)`. A watcher of `path` gets a
+    /// single NodeDataChanged: the release mark of the queue recipes.
+    pub(crate) fn set_and_delete<'a>(
+        &'a self,
+        path: &'a str,
+        mark: &'a [u8],
+    ) -> impl Future<Output = ZkResult<()>> + Send + 'a {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
+        let mut writer = self.client.new_multi_writer();
+        let queued = writer
+            .add_set_data(path, mark, None)
+            .and_then(|_| writer.add_delete(path, None));
+        let commit = queued.map(|_| writer.commit());
+        let health = self.health.clone();
+        async move {
+            let result = match commit {
+                Ok(fut) => fut.await.map(|_| ()).map_err(zk::Error::from),
+                Err(err) => Err(err),
+            };
+            if was_answered(&result) {
+                health.answered(sent);
+            }
+            result
+        }
+    }
+
+    /// Creates the missing ancestors of `path` (not `path` itself is created: only up to its
+    /// parent when `include_self` is false) with `options`, like `mkdir -p`.
+    pub(crate) async fn create_parents(
+        &self,
+        path: &str,
+        options: &zk::CreateOptions<'_>,
+    ) -> ZkResult<()> {
+        let mut missing = Vec::new();
+        let mut dir = crate::path::parent(path);
+        while dir != "/" {
+            match self.check_stat(dir).await? {
+                Some(_) => break,
+                None => missing.push(dir.to_string()),
+            }
+            dir = crate::path::parent(dir);
+        }
+        for dir in missing.iter().rev() {
+            match self.create(dir, &[], options).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Shared {
+    config: Config,
+    events: watch::Sender<SessionEvent>,
+    current: Mutex<Option<Arc<Epoch>>>,
+    counters: Arc<Counters>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+/// Cancels the supervisor when the last [`Session`] handle goes.
+struct LastHandle(CancellationToken);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// A managed ZooKeeper session, shared by all recipes of a process.
+///
+/// Cheap to clone: all clones share one ZooKeeper session. After the session expires the
+/// manager makes a new one by itself; recipes follow it. Dropping the last clone closes the
+/// session (in the background); [`close`](Session::close) does it and waits.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f() -> zk_recipes::Result<()> {
+/// use zk_recipes::{Session, SessionEvent};
+///
+/// let session = Session::builder("127.0.0.1:2181").connect().await?;
+/// let mut events = session.events();
+/// tokio::spawn(async move {
+///     while events.changed().await.is_ok() {
+///         if let SessionEvent::Expired { epoch } = *events.borrow() {
+///             eprintln!("session of epoch {epoch} expired; everything held in it is lost");
+///         }
+///     }
+/// });
+/// session.close().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Session {
+    shared: Arc<Shared>,
+    _last: Arc<LastHandle>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("hosts", &self.shared.config.hosts)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+    assert_send_sync::<Session>();
+};
+
+impl Session {
+    /// Starts building a session to `hosts` (`host:port[,host:port...]`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = zk_recipes::Session::builder("127.0.0.1:2181");
+    /// ```
+    pub fn builder(hosts: impl Into<String>) -> SessionBuilder {
+        SessionBuilder {
+            hosts: hosts.into(),
+            session_timeout: Duration::from_secs(10),
+            connect_timeout: None,
+            chroot: None,
+            auth: None,
+            loss_policy: LossPolicy::Grace,
+        }
+    }
+
+    fn start(config: Config, client: zk::Client) -> Session {
+        let (events, _) = watch::channel(SessionEvent::Connecting);
+        let shutdown = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            config,
+            events,
+            current: Mutex::new(None),
+            counters: Arc::new(Counters::default()),
+            tracker: TaskTracker::new(),
+            shutdown: shutdown.clone(),
+        });
+        let epoch = shared.install(client, 1);
+        tokio::spawn(supervise(shared.clone(), epoch));
+        Session {
+            shared,
+            _last: Arc::new(LastHandle(shutdown)),
+        }
+    }
+
+    /// The latest state.
+    pub fn state(&self) -> SessionEvent {
+        *self.shared.events.borrow()
+    }
+
+    /// A receiver of state changes; it sees the latest state at once and every later change
+    /// (intermediate states may be skipped if the receiver is slow, as with any `watch`).
+    pub fn events(&self) -> watch::Receiver<SessionEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// The current epoch number (1 for the first session), or `None` between sessions.
+    pub fn epoch_number(&self) -> Option<u64> {
+        self.current_epoch().map(|e| e.number)
+    }
+
+    /// The current ZooKeeper session id, or `None` between sessions.
+    pub fn session_id(&self) -> Option<i64> {
+        self.current_epoch().map(|e| e.session_id)
+    }
+
+    /// The negotiated-at-request session timeout.
+    pub fn session_timeout(&self) -> Duration {
+        self.shared.config.session_timeout
+    }
+
+    /// The loss policy this session was built with.
+    pub fn loss_policy(&self) -> LossPolicy {
+        self.shared.config.loss_policy
+    }
+
+    /// How many ZooKeeper requests the recipes have sent through this session (all epochs).
+    /// The manager's own heartbeats are not counted. For measuring protocols.
+    pub fn request_count(&self) -> u64 {
+        self.shared.counters.requests.load(Ordering::Relaxed)
+    }
+
+    /// Waits until a session is connected, up to `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] if none is connected in time.
+    /// * [`Error::Closed`] if the session was closed.
+    pub async fn wait_connected(&self, timeout: Duration) -> Result<()> {
+        tokio::time::timeout(timeout, self.epoch())
+            .await
+            .map_err(|_| Error::Timeout)?
+            .map(|_| ())
+    }
+
+    /// Closes the session: waits (up to the session timeout) for releases that guards
+    /// scheduled on drop, then ends the ZooKeeper session, which deletes its ephemeral nodes.
+    /// Every lock held through it reports lost. Idempotent.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the close carries on in the background once started.
+    pub async fn close(&self) {
+        self.shared.shutdown.cancel();
+        let mut events = self.events();
+        let _ = events.wait_for(|e| *e == SessionEvent::Closed).await;
+    }
+
+    /// The current epoch, waiting for one if the manager is between sessions.
+    pub(crate) async fn epoch(&self) -> Result<Arc<Epoch>> {
+        let mut events = self.events();
+        loop {
+            if let Some(epoch) = self.current_epoch() {
+                return Ok(epoch);
+            }
+            if *events.borrow_and_update() == SessionEvent::Closed {
+                return Err(Error::Closed);
+            }
+            if events.changed().await.is_err() {
+                return Err(Error::Closed);
+            }
+        }
+    }
+
+    /// The current epoch if one is connected and not ended.
+    pub(crate) fn current_epoch(&self) -> Option<Arc<Epoch>> {
+        self.shared
+            .current
+            .lock()
+            .unwrap()
+            .clone()
+            .filter(|e| !e.lost.is_cancelled())
+    }
+
+    /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it.
+    pub(crate) fn spawn_tracked<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            self.shared.tracker.spawn_on(fut, &handle);
+        } else {
+            tracing::warn!("zk-recipes: a guard was dropped outside a tokio runtime; its node is released when the session ends");
+        }
+    }
+
+    /// Ends the current epoch as if the loss policy had given up on it. For tests and `zkr`.
+    #[doc(hidden)]
+    pub fn force_epoch_end(&self) {
+        if let Some(e) = self.current_epoch() {
+            e.end(LossReason::ConnectionLost);
+        }
+    }
+
+    /// The `zookeeper-client` session of the current epoch (for the test harness's `expire`).
+    #[doc(hidden)]
+    pub fn zk_session_info(&self) -> Option<zk::SessionInfo> {
+        self.current_epoch().map(|e| e.session_info())
+    }
+}
+
+impl Shared {
+    fn install(&self, client: zk::Client, number: u64) -> Arc<Epoch> {
+        let epoch = Arc::new(Epoch {
+            number,
+            session_id: client.session_id().0,
+            client,
+            lost: self.shutdown.child_token(),
+            reason: Mutex::new(None),
+            health: Health::new(),
+            counters: self.counters.clone(),
+        });
+        epoch.health.answered(Instant::now());
+        *self.current.lock().unwrap() = Some(epoch.clone());
+        self.events.send_replace(SessionEvent::Connected {
+            epoch: number,
+            session_id: epoch.session_id,
+        });
+        tracing::info!(
+            epoch = number,
+            session_id = format_args!("{:#x}", epoch.session_id),
+            "ZooKeeper session established"
+        );
+        epoch
+    }
+
+    /// Ends `epoch`: marks it lost, forgets its client (closing it once the last in-flight
+    /// request is done) and publishes the event.
+    fn end_epoch(&self, epoch: &Arc<Epoch>, reason: LossReason) {
+        epoch.end(reason);
+        let mut current = self.current.lock().unwrap();
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, epoch)) {
+            *current = None;
+        }
+        drop(current);
+        if reason != LossReason::Closed {
+            self.events.send_replace(SessionEvent::Expired {
+                epoch: epoch.number,
+            });
+            tracing::warn!(epoch = epoch.number, %reason, "ZooKeeper session epoch ended");
+        }
+    }
+}
+
+/// What ended the watch over one epoch.
+enum EpochEnd {
+    Lost(LossReason),
+    Shutdown,
+}
+
+async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
+    let mut epoch = first;
+    let mut next = epoch.number + 1;
+    loop {
+        let reason = match watch_epoch(&shared, &epoch).await {
+            EpochEnd::Shutdown => break,
+            EpochEnd::Lost(reason) => reason,
+        };
+        let mut state = epoch.client.state_watcher();
+        shared.end_epoch(&epoch, reason);
+        wait_released(epoch, &mut state).await;
+        // Build the next session with bounded exponential backoff.
+        let mut backoff = Duration::from_millis(50);
+        epoch = loop {
+            shared.events.send_replace(SessionEvent::Connecting);
+            let deadline = Instant::now() + shared.config.connect_timeout;
+            let attempt = tokio::select! {
+                r = connect_once(&shared.config, deadline) => r,
+                _ = shared.shutdown.cancelled() => { shared.events.send_replace(SessionEvent::Closed); return; }
+            };
+            match attempt {
+                Ok(client) => break shared.install(client, next),
+                Err(err) => {
+                    tracing::warn!(%err, ?backoff, "reconnecting to ZooKeeper");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shared.shutdown.cancelled() => { shared.events.send_replace(SessionEvent::Closed); return; }
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        next += 1;
+    }
+    // Shutdown: let background releases finish, then end the session.
+    shared.tracker.close();
+    let _ = tokio::time::timeout(shared.config.session_timeout, shared.tracker.wait()).await;
+    let mut state = epoch.client.state_watcher();
+    shared.end_epoch(&epoch, LossReason::Closed);
+    wait_released(epoch, &mut state).await;
+    shared.events.send_replace(SessionEvent::Closed);
+}
+
+/// Drops our reference to an ended epoch and waits (bounded) for its client to close, so
+/// that its ephemeral nodes are gone when the next epoch starts or `close` returns.
+async fn wait_released(epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
+    drop(epoch);
+    let wait = async {
+        loop {
+            if state.peek_state().is_terminated() {
+                return;
+            }
+            state.changed().await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), wait).await;
+}
+
+/// Watches one epoch until it ends or the session shuts down.
+async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
+    let timeout = epoch.client.session_timeout();
+    let policy = shared.config.loss_policy;
+    let margin = timeout * 15 / 100;
+    let heartbeat_every = timeout / 5;
+    let mut state = epoch.client.state_watcher();
+    let probe_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut suspended = false;
+    loop {
+        if epoch.lost.is_cancelled() {
+            return EpochEnd::Lost(epoch.loss_reason().unwrap_or(LossReason::ConnectionLost));
+        }
+        let connected = match epoch.client.state() {
+            zk::SessionState::Expired | zk::SessionState::AuthFailed | zk::SessionState::Closed => {
+                return EpochEnd::Lost(LossReason::SessionExpired)
+            }
+            zk::SessionState::Disconnected => {
+                if !suspended {
+                    suspended = true;
+                    shared.events.send_replace(SessionEvent::Suspended {
+                        epoch: epoch.number,
+                    });
+                    tracing::info!(epoch = epoch.number, "ZooKeeper connection suspended");
+                }
+                if policy == LossPolicy::OnSuspend {
+                    return EpochEnd::Lost(LossReason::ConnectionLost);
+                }
+                false
+            }
+            _ => {
+                if epoch.client.session_id().0 != epoch.session_id {
+                    // The server handed out another session: ours is gone.
+                    return EpochEnd::Lost(LossReason::SessionExpired);
+                }
+                if suspended {
+                    suspended = false;
+                    shared.events.send_replace(SessionEvent::Reconnected {
+                        epoch: epoch.number,
+                    });
+                    tracing::info!(
+                        epoch = epoch.number,
+                        "ZooKeeper connection re-established, same session"
+                    );
+                }
+                true
+            }
+        };
+        let last = epoch.health.last_answered_sent();
+        let grace_deadline = last + timeout - margin;
+        let now = Instant::now();
+        if policy == LossPolicy::Grace && now >= grace_deadline {
+            tracing::warn!(epoch = epoch.number, silent = ?now - last, "no answer from ZooKeeper for too long: declaring the session lost");
+            return EpochEnd::Lost(LossReason::ConnectionLost);
+        }
+        if connected && now >= last + heartbeat_every && !probe_out.swap(true, Ordering::AcqRel) {
+            // Keep one request going so the Grace clock has fresh evidence.
+            let health = epoch.health.clone();
+            let out = probe_out.clone();
+            let sent = Instant::now();
+            let probe = epoch.client.check_stat("/");
+            tokio::spawn(async move {
+                let result = probe.await;
+                if was_answered(&result) {
+                    health.answered(sent);
+                }
+                out.store(false, Ordering::Release);
+            });
+        }
+        let mut wake = now + heartbeat_every.max(Duration::from_millis(10));
+        if policy == LossPolicy::Grace {
+            wake = wake.min(grace_deadline);
+        }
+        tokio::select! {
+            _ = state.changed() => {}
+            _ = epoch.lost.cancelled() => {}
+            _ = shared.shutdown.cancelled() => return EpochEnd::Shutdown,
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+    }
+}
