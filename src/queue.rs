@@ -318,6 +318,15 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
     };
     let (me, czxid) = mine;
     let my_path = join(&spec.dir, &me.name);
+    if !children.iter().any(|c| *c == me.name) {
+        // Cannot happen: the session answers in order, so the listing sent after our create
+        // contains our node. Refuse to guess.
+        return Err(Error::ZooKeeper {
+            op: "get_children",
+            path: spec.dir.clone(),
+            source: zk::Error::UnexpectedError(format!("listing sent after creating {} does not contain it", me.name)),
+        });
+    }
     let mut lower: Vec<NodeName> = children
         .iter()
         .filter_map(|c| NodeName::parse(c))
@@ -527,6 +536,24 @@ pub struct Contender {
     pub czxid: i64,
 }
 
+/// Lists every contender node of `path` (every recipe, Curator and kazoo layouts alike) in
+/// queue order: holders first, then waiters. Children that are not contender nodes are left
+/// out. What `zkr holders` shows.
+///
+/// # Errors
+///
+/// * [`Error::InvalidPath`] for a malformed path (nothing is sent).
+/// * [`Error::Closed`] if the session is closed; [`Error::ZooKeeper`] (or a connection error)
+///   if the directory cannot be read. A missing directory is an empty list.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only reads.
+pub async fn list_contenders(session: &Session, path: &str) -> Result<Vec<Contender>> {
+    crate::path::validate_path(path)?;
+    contenders(session, path, &[]).await
+}
+
 /// Lists the contenders of `dir` of the given kinds, in queue order.
 pub(crate) async fn contenders(session: &Session, dir: &str, members: &[NodeKind]) -> Result<Vec<Contender>> {
     let epoch = session.epoch().await?;
@@ -572,6 +599,8 @@ pub(crate) struct Holding {
     monitor: Option<tokio::task::JoinHandle<()>>,
     released: bool,
     on_end: Option<Box<dyn FnOnce() + Send + Sync>>,
+    /// Whether the release writes the mark before deleting (default); see `with_release_mark`.
+    mark_release: bool,
 }
 
 impl std::fmt::Debug for Holding {
@@ -658,7 +687,16 @@ impl Holding {
             monitor: Some(monitor),
             released: false,
             on_end: None,
+            mark_release: true,
         }
+    }
+
+    /// Whether the release (explicit or on drop) marks the node before deleting it (default
+    /// `true`). Leader election turns it off by default: Curator's LeaderLatch only reacts to
+    /// NodeDeleted, so a marked release would leave a Curator follower waiting forever.
+    pub(crate) fn with_release_mark(mut self, mark: bool) -> Holding {
+        self.mark_release = mark;
+        self
     }
 
     /// Runs `f` once when this holding ends (released, dropped).
@@ -695,6 +733,13 @@ impl Holding {
     /// Stops the monitor and drops our own-node watch, so that the release below fires only
     /// the successor's watch.
     async fn stop_monitor(&mut self) {
+        if !self.stop_monitor.is_cancelled() {
+            if let Some(epoch) = self.epoch() {
+                // Dropping the own-node watch sends a RemoveWatches request (pipelined ahead
+                // of the release, no extra round trip); count it honestly.
+                epoch.note_request();
+            }
+        }
         self.stop_monitor.cancel();
         if let Some(m) = self.monitor.take() {
             let _ = m.await;
@@ -711,7 +756,11 @@ impl Holding {
         let Some(epoch) = self.epoch() else {
             return Err(Error::LockLost(LossReason::SessionExpired));
         };
-        let result = epoch.set_and_delete(&self.path, RELEASE_MARK).await;
+        let result = if self.mark_release {
+            epoch.set_and_delete(&self.path, RELEASE_MARK).await
+        } else {
+            epoch.delete(&self.path, None).await
+        };
         self.lost.cancel();
         match result {
             Ok(()) => Ok(()),
@@ -745,12 +794,18 @@ impl Drop for Holding {
         let Some(epoch) = self.epoch() else { return };
         let path = self.path.clone();
         let monitor = self.monitor.take();
+        let mark = self.mark_release;
         self.lost.cancel();
         self.session.spawn_tracked(async move {
             if let Some(m) = monitor {
                 let _ = m.await;
             }
-            match epoch.set_and_delete(&path, RELEASE_MARK).await {
+            let released = if mark {
+                epoch.set_and_delete(&path, RELEASE_MARK).await
+            } else {
+                epoch.delete(&path, None).await
+            };
+            match released {
                 Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
                 Err(err) => {
                     tracing::warn!(path, %err, "release on drop failed; deleting plainly");

@@ -422,6 +422,11 @@ impl Epoch {
         }
     }
 
+    /// Counts a request the client sends on our behalf outside the wrappers (RemoveWatches).
+    pub(crate) fn note_request(&self) {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The token cancelled when this epoch ends.
     pub(crate) fn lost_token(&self) -> &CancellationToken {
         &self.lost
