@@ -118,6 +118,43 @@ impl ExclusiveLock {
         self.acquire(Some(Instant::now() + timeout), false).await
     }
 
+    /// The current holder (its node, owner session, data and age), or `None` if the lock is
+    /// free. The node's `sequence` is -1: this lock has no queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`], or a ZooKeeper error reading the node.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn holder(&self) -> Result<Option<crate::Contender>> {
+        let epoch = self.session.epoch().await?;
+        let (data, stat) = match epoch.get_data(&self.path).await {
+            Ok(r) => r,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(err) => return Err(Error::zk("get_data", &self.path, err)),
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let name = self.path.rsplit('/').next().unwrap_or_default().to_string();
+        Ok(Some(crate::Contender {
+            node: NodeName {
+                name,
+                sequence: -1,
+                kind: NodeKind::Lock,
+                layout: Layout::Curator,
+                protection: None,
+            },
+            owner: stat.ephemeral_owner,
+            data,
+            age: Duration::from_millis(now_ms.saturating_sub(stat.ctime).max(0) as u64),
+            czxid: stat.czxid,
+        }))
+    }
+
     async fn acquire(&self, deadline: Option<Instant>, try_only: bool) -> Result<LockGuard> {
         let path: &str = &self.path;
         let name = path.rsplit('/').next().unwrap_or_default().to_string();
@@ -134,7 +171,11 @@ impl ExclusiveLock {
                 e = self.session.epoch() => e?,
                 _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
             };
-            let mut undo = UndoCreate { session: self.session.clone(), epoch: Some(epoch.clone()), path: path.to_string() };
+            let mut undo = UndoCreate {
+                session: self.session.clone(),
+                epoch: Some(epoch.clone()),
+                path: path.to_string(),
+            };
             match epoch.create(path, &self.data, &options).await {
                 Ok((stat, _)) => {
                     undo.epoch = None;
@@ -142,7 +183,13 @@ impl ExclusiveLock {
                     let granted = Granted {
                         epoch,
                         path: path.to_string(),
-                        name: NodeName { name, sequence: -1, kind: NodeKind::Lock, layout: Layout::Curator, protection: None },
+                        name: NodeName {
+                            name,
+                            sequence: -1,
+                            kind: NodeKind::Lock,
+                            layout: Layout::Curator,
+                            protection: None,
+                        },
                         czxid: stat.czxid,
                         own_watch: None,
                     };
@@ -161,14 +208,19 @@ impl ExclusiveLock {
                     match epoch.create_parents(path, &container).await {
                         Ok(()) => continue,
                         Err(zk::Error::NoNode) => {
-                            return Err(Error::InvalidPath { path: path.to_string(), reason: "its chroot does not exist" })
+                            return Err(Error::InvalidPath {
+                                path: path.to_string(),
+                                reason: "its chroot does not exist",
+                            })
                         }
                         Err(err) => return Err(Error::zk("create parent", path, err)),
                     }
                 }
                 Err(zk::Error::NoChildrenForEphemerals) => {
                     undo.epoch = None;
-                    return Err(Error::InvalidArgument(format!("the parent of {path} is an ephemeral node: pick another path")));
+                    return Err(Error::InvalidArgument(format!(
+                        "the parent of {path} is an ephemeral node: pick another path"
+                    )));
                 }
                 Err(err @ (zk::Error::ConnectionLoss | zk::Error::Custom(_))) => {
                     // Outcome unknown: the undo guard deletes a node of ours once connected,
@@ -195,7 +247,12 @@ impl ExclusiveLock {
             // Held by someone else: wait for it to go.
             let (stat, watcher) = match epoch.check_and_watch_stat(path).await {
                 Ok(r) => r,
-                Err(zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::ConnectionLoss | zk::Error::Custom(_)) => continue,
+                Err(
+                    zk::Error::SessionExpired
+                    | zk::Error::ClientClosed
+                    | zk::Error::ConnectionLoss
+                    | zk::Error::Custom(_),
+                ) => continue,
                 Err(err) => return Err(Error::zk("exists", path, err)),
             };
             if stat.is_none() {
@@ -219,7 +276,9 @@ struct UndoCreate {
 
 impl Drop for UndoCreate {
     fn drop(&mut self) {
-        let Some(epoch) = self.epoch.take() else { return };
+        let Some(epoch) = self.epoch.take() else {
+            return;
+        };
         let path = std::mem::take(&mut self.path);
         self.session.spawn_tracked(async move {
             if let Ok(Some(stat)) = epoch.check_stat(&path).await {

@@ -60,7 +60,12 @@ pub struct FairLock {
     spec: Arc<QueueSpec>,
 }
 
-pub(crate) fn default_spec(path: &str, kind: NodeKind, members: &'static [NodeKind], rule: Rule) -> Result<QueueSpec> {
+pub(crate) fn default_spec(
+    path: &str,
+    kind: NodeKind,
+    members: &'static [NodeKind],
+    rule: Rule,
+) -> Result<QueueSpec> {
     validate_path(path)?;
     Ok(QueueSpec {
         dir: path.to_string(),
@@ -114,7 +119,10 @@ impl FairLock {
     /// [`Error::InvalidPath`] for a malformed path; nothing is sent.
     pub fn new(session: &Session, path: impl AsRef<str>) -> Result<FairLock> {
         let spec = default_spec(path.as_ref(), NodeKind::Lock, LOCK_MEMBERS, Rule::Exclusive)?;
-        Ok(FairLock { session: session.clone(), spec: Arc::new(spec) })
+        Ok(FairLock {
+            session: session.clone(),
+            spec: Arc::new(spec),
+        })
     }
 
     /// The node naming convention (default [`Layout::Curator`]).
@@ -153,7 +161,8 @@ impl FairLock {
     ///
     /// Cancel safe, as `lock`.
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard> {
-        self.acquire(Wait::Until(Some(Instant::now() + timeout))).await
+        self.acquire(Wait::Until(Some(Instant::now() + timeout)))
+            .await
     }
 
     /// Takes the lock only if no one holds or waits for it: [`Error::WouldBlock`] otherwise

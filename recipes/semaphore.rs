@@ -59,11 +59,22 @@ impl Semaphore {
     /// `permits == 0`; nothing is sent.
     pub fn new(session: &Session, path: impl AsRef<str>, permits: usize) -> Result<Semaphore> {
         if permits == 0 {
-            return Err(Error::InvalidArgument("a semaphore needs at least one permit".into()));
+            return Err(Error::InvalidArgument(
+                "a semaphore needs at least one permit".into(),
+            ));
         }
-        let mut spec = default_spec(path.as_ref(), NodeKind::Lease, LEASE_MEMBERS, Rule::Permits(permits))?;
+        let mut spec = default_spec(
+            path.as_ref(),
+            NodeKind::Lease,
+            LEASE_MEMBERS,
+            Rule::Permits(permits),
+        )?;
         spec.layout = Layout::Curator;
-        Ok(Semaphore { session: session.clone(), spec: Arc::new(spec), permits })
+        Ok(Semaphore {
+            session: session.clone(),
+            spec: Arc::new(spec),
+            permits,
+        })
     }
 
     /// The number of permits.

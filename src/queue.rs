@@ -182,7 +182,11 @@ async fn delete_ours(epoch: &Epoch, dir: &str, protection: &str, path: Option<&s
     }
 }
 
-async fn find_by_protection(epoch: &Epoch, dir: &str, protection: &str) -> Result<Option<(String, NodeName)>> {
+async fn find_by_protection(
+    epoch: &Epoch,
+    dir: &str,
+    protection: &str,
+) -> Result<Option<(String, NodeName)>> {
     let children = match epoch.get_children(dir).await {
         Ok((c, _)) => c,
         Err(zk::Error::NoNode) => return Ok(None),
@@ -211,10 +215,12 @@ pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> 
     let mut stale: Option<String> = None;
     loop {
         let epoch = match wait {
-            Wait::Until(Some(deadline)) => match tokio::time::timeout_at(deadline.into(), session.epoch()).await {
-                Ok(r) => r?,
-                Err(_) => return Err(Error::Timeout),
-            },
+            Wait::Until(Some(deadline)) => {
+                match tokio::time::timeout_at(deadline.into(), session.epoch()).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(Error::Timeout),
+                }
+            }
             _ => session.epoch().await?,
         };
         if let Some(path) = stale.take() {
@@ -231,7 +237,9 @@ pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> 
                         }
                     }
                     return Err(match reason {
-                        LossReason::SessionExpired | LossReason::ConnectionLost => Error::SessionExpired,
+                        LossReason::SessionExpired | LossReason::ConnectionLost => {
+                            Error::SessionExpired
+                        }
                         LossReason::Closed => Error::Closed,
                         other => Error::LockLost(other),
                     });
@@ -247,11 +255,22 @@ fn create_options(spec: &QueueSpec) -> zk::CreateOptions<'_> {
     zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&spec.acls))
 }
 
-async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epoch>) -> Result<Attempt> {
+async fn attempt(
+    session: &Session,
+    spec: &QueueSpec,
+    wait: Wait,
+    epoch: Arc<Epoch>,
+) -> Result<Attempt> {
     let (prefix, protection) = new_prefix(spec.layout, spec.kind);
     let prefix_path = join(&spec.dir, &prefix);
-    let mut pending =
-        PendingNode { session: session.clone(), epoch: epoch.clone(), dir: spec.dir.clone(), protection: protection.clone(), path: None, armed: true };
+    let mut pending = PendingNode {
+        session: session.clone(),
+        epoch: epoch.clone(),
+        dir: spec.dir.clone(),
+        protection: protection.clone(),
+        path: None,
+        armed: true,
+    };
     let options = create_options(spec);
     let mut made_parents = 0;
     // Step 1: create + list in one round trip.
@@ -268,7 +287,9 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
                     return Err(Error::ZooKeeper {
                         op: "create",
                         path: prefix_path.clone(),
-                        source: zk::Error::UnexpectedError("created node is not owned by our session".into()),
+                        source: zk::Error::UnexpectedError(
+                            "created node is not owned by our session".into(),
+                        ),
                     });
                 }
                 let node = NodeName::parse(&name).expect("our own node name parses");
@@ -285,7 +306,10 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
                     Ok(()) => continue,
                     Err(err) if is_unknown(&err) => return Ok(requeue_or_retry(&epoch, pending)),
                     Err(zk::Error::NoNode) => {
-                        return Err(Error::InvalidPath { path: spec.dir.clone(), reason: "its chroot does not exist" })
+                        return Err(Error::InvalidPath {
+                            path: spec.dir.clone(),
+                            reason: "its chroot does not exist",
+                        })
                     }
                     Err(err) => return Err(Error::zk("create parent", &spec.dir, err)),
                 }
@@ -324,7 +348,10 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
         return Err(Error::ZooKeeper {
             op: "get_children",
             path: spec.dir.clone(),
-            source: zk::Error::UnexpectedError(format!("listing sent after creating {} does not contain it", me.name)),
+            source: zk::Error::UnexpectedError(format!(
+                "listing sent after creating {} does not contain it",
+                me.name
+            )),
         });
     }
     let mut lower: Vec<NodeName> = children
@@ -336,13 +363,20 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
 
     if spec.watch_target(&lower).is_none() {
         pending.disarm();
-        return Ok(Attempt::Granted(Granted { epoch, path: my_path, name: me, czxid, own_watch: None }));
+        return Ok(Attempt::Granted(Granted {
+            epoch,
+            path: my_path,
+            name: me,
+            czxid,
+            own_watch: None,
+        }));
     }
     let deadline = match wait {
         Wait::Try => {
             // Busy: remove our node before answering.
             pending.disarm();
-            match tokio::time::timeout(Duration::from_secs(10), epoch.delete(&my_path, None)).await {
+            match tokio::time::timeout(Duration::from_secs(10), epoch.delete(&my_path, None)).await
+            {
                 Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
                 _ => spawn_delete(session, &epoch, my_path.clone()),
             }
@@ -358,7 +392,13 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
     loop {
         let Some(target) = spec.watch_target(&lower).cloned() else {
             pending.disarm();
-            return Ok(Attempt::Granted(Granted { epoch, path: my_path, name: me, czxid, own_watch }));
+            return Ok(Attempt::Granted(Granted {
+                epoch,
+                path: my_path,
+                name: me,
+                czxid,
+                own_watch,
+            }));
         };
         let target_path = join(&spec.dir, &target.name);
         let watch = epoch.check_and_watch_stat(&target_path);
@@ -372,7 +412,9 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
         let mut unknown = false;
         if let Some(own) = own {
             match own {
-                Ok((Some(stat), w)) if stat.czxid == czxid => own_watch = Some(Box::pin(w.changed())),
+                Ok((Some(stat), w)) if stat.czxid == czxid => {
+                    own_watch = Some(Box::pin(w.changed()))
+                }
                 Ok((_, _)) => return Ok(Attempt::Requeue(LossReason::NodeDeleted, None)),
                 Err(err) if is_unknown(&err) => unknown = true,
                 Err(err) => return Err(Error::zk("exists", &my_path, err)),
@@ -435,7 +477,13 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
             Woke::Watched(event) => match event.event_type {
                 zk::EventType::NodeDataChanged if spec.mark_grants(&target) => {
                     pending.disarm();
-                    return Ok(Attempt::Granted(Granted { epoch, path: my_path, name: me, czxid, own_watch }));
+                    return Ok(Attempt::Granted(Granted {
+                        epoch,
+                        path: my_path,
+                        name: me,
+                        czxid,
+                        own_watch,
+                    }));
                 }
                 zk::EventType::NodeDataChanged | zk::EventType::NodeDeleted => {
                     lower.retain(|n| n.sequence != target.sequence);
@@ -462,7 +510,9 @@ async fn attempt(session: &Session, spec: &QueueSpec, wait: Wait, epoch: Arc<Epo
             Woke::EpochLost => return Ok(requeue_or_retry(&epoch, pending)),
             Woke::Deadline => {
                 pending.disarm();
-                match tokio::time::timeout(Duration::from_secs(10), epoch.delete(&my_path, None)).await {
+                match tokio::time::timeout(Duration::from_secs(10), epoch.delete(&my_path, None))
+                    .await
+                {
                     Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
                     _ => spawn_delete(session, &epoch, my_path.clone()),
                 }
@@ -495,11 +545,17 @@ fn requeue_or_retry(epoch: &Arc<Epoch>, mut pending: PendingNode) -> Attempt {
     }
 }
 
-async fn recover_unknown_create(epoch: &Arc<Epoch>, spec: &QueueSpec, protection: &str) -> Option<(String, NodeName, i64)> {
+async fn recover_unknown_create(
+    epoch: &Arc<Epoch>,
+    spec: &QueueSpec,
+    protection: &str,
+) -> Option<(String, NodeName, i64)> {
     if epoch.lost_token().is_cancelled() {
         return None;
     }
-    let (path, node) = find_by_protection(epoch, &spec.dir, protection).await.ok()??;
+    let (path, node) = find_by_protection(epoch, &spec.dir, protection)
+        .await
+        .ok()??;
     let (_, stat) = epoch.get_data(&path).await.ok()?;
     if stat.ephemeral_owner == epoch.session_id {
         Some((path, node, stat.czxid))
@@ -509,16 +565,30 @@ async fn recover_unknown_create(epoch: &Arc<Epoch>, spec: &QueueSpec, protection
     }
 }
 
-async fn relist(epoch: &Epoch, spec: &QueueSpec, my_seq: i64) -> std::result::Result<Vec<NodeName>, zk::Error> {
+async fn relist(
+    epoch: &Epoch,
+    spec: &QueueSpec,
+    my_seq: i64,
+) -> std::result::Result<Vec<NodeName>, zk::Error> {
     let (children, _) = epoch.get_children(&spec.dir).await?;
-    let mut lower: Vec<NodeName> =
-        children.iter().filter_map(|c| NodeName::parse(c)).filter(|n| spec.is_member(n) && n.sequence < my_seq).collect();
+    let mut lower: Vec<NodeName> = children
+        .iter()
+        .filter_map(|c| NodeName::parse(c))
+        .filter(|n| spec.is_member(n) && n.sequence < my_seq)
+        .collect();
     lower.sort_by_key(|n| n.sequence);
     Ok(lower)
 }
 
 fn is_unknown(err: &zk::Error) -> bool {
-    matches!(err, zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::Timeout)
+    matches!(
+        err,
+        zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
+            | zk::Error::SessionExpired
+            | zk::Error::ClientClosed
+            | zk::Error::Timeout
+    )
 }
 
 /// One contender of a queue, as listed by `contenders()`.
@@ -555,19 +625,32 @@ pub async fn list_contenders(session: &Session, path: &str) -> Result<Vec<Conten
 }
 
 /// Lists the contenders of `dir` of the given kinds, in queue order.
-pub(crate) async fn contenders(session: &Session, dir: &str, members: &[NodeKind]) -> Result<Vec<Contender>> {
+pub(crate) async fn contenders(
+    session: &Session,
+    dir: &str,
+    members: &[NodeKind],
+) -> Result<Vec<Contender>> {
     let epoch = session.epoch().await?;
     let children = match epoch.get_children(dir).await {
         Ok((c, _)) => c,
         Err(zk::Error::NoNode) => return Ok(Vec::new()),
         Err(err) => return Err(Error::zk("get_children", dir, err)),
     };
-    let mut nodes: Vec<NodeName> =
-        children.iter().filter_map(|c| NodeName::parse(c)).filter(|n| members.is_empty() || members.contains(&n.kind)).collect();
+    let mut nodes: Vec<NodeName> = children
+        .iter()
+        .filter_map(|c| NodeName::parse(c))
+        .filter(|n| members.is_empty() || members.contains(&n.kind))
+        .collect();
     nodes.sort_by_key(|n| n.sequence);
     // Pipelined: all reads are queued before the first is awaited.
-    let reads: Vec<_> = nodes.iter().map(|n| epoch.get_data(&join(dir, &n.name))).collect();
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let reads: Vec<_> = nodes
+        .iter()
+        .map(|n| epoch.get_data(&join(dir, &n.name)))
+        .collect();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
     let mut out = Vec::with_capacity(nodes.len());
     for (node, read) in nodes.into_iter().zip(reads) {
         match read.await {
@@ -605,25 +688,39 @@ pub(crate) struct Holding {
 
 impl std::fmt::Debug for Holding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Holding").field("path", &self.path).field("fencing_token", &self.czxid).field("lost", &self.lost.is_cancelled()).finish()
+        f.debug_struct("Holding")
+            .field("path", &self.path)
+            .field("fencing_token", &self.czxid)
+            .field("lost", &self.lost.is_cancelled())
+            .finish()
     }
 }
 
 impl Holding {
     /// Starts watching a granted node for loss.
     pub(crate) fn new(session: &Session, granted: Granted) -> Holding {
-        let Granted { epoch, path, name, czxid, own_watch } = granted;
+        let Granted {
+            epoch,
+            path,
+            name,
+            czxid,
+            own_watch,
+        } = granted;
         let lost = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
         let stop_monitor = CancellationToken::new();
-        let own: Pin<Box<dyn Future<Output = std::result::Result<Option<WatchFuture>, ()>> + Send>> = match own_watch {
+        let own: Pin<
+            Box<dyn Future<Output = std::result::Result<Option<WatchFuture>, ()>> + Send>,
+        > = match own_watch {
             Some(w) => Box::pin(std::future::ready(Ok(Some(w)))),
             None => {
                 let epoch = epoch.clone();
                 let path = path.clone();
                 Box::pin(async move {
                     match epoch.check_and_watch_stat(&path).await {
-                        Ok((Some(stat), w)) if stat.czxid == czxid => Ok(Some(Box::pin(w.changed()) as WatchFuture)),
+                        Ok((Some(stat), w)) if stat.czxid == czxid => {
+                            Ok(Some(Box::pin(w.changed()) as WatchFuture))
+                        }
                         Ok(_) => Err(()),
                         Err(_) => Ok(None),
                     }
@@ -632,7 +729,7 @@ impl Holding {
         };
         let monitor = {
             let epoch_token = epoch.lost_token().clone();
-            let epoch_weak = Arc::downgrade(&epoch);
+            let epoch_reason = epoch.reason_cell();
             let lost = lost.clone();
             let reason = reason.clone();
             let stop = stop_monitor.clone();
@@ -645,7 +742,7 @@ impl Holding {
                     r = own => r,
                     _ = stop.cancelled() => return,
                     _ = epoch_token.cancelled() => {
-                        set(epoch_weak.upgrade().and_then(|e| e.loss_reason()).unwrap_or(LossReason::SessionExpired));
+                        set(epoch_reason.lock().unwrap().unwrap_or(LossReason::SessionExpired));
                         return;
                     }
                 };
@@ -662,14 +759,14 @@ impl Holding {
                 tokio::select! {
                     event = node_event => {
                         if event.event_type == zk::EventType::Session {
-                            set(epoch_weak.upgrade().and_then(|e| e.loss_reason()).unwrap_or(LossReason::SessionExpired));
+                            set(epoch_reason.lock().unwrap().unwrap_or(LossReason::SessionExpired));
                         } else {
                             set(LossReason::NodeDeleted);
                         }
                     }
                     _ = stop.cancelled() => {}
                     _ = epoch_token.cancelled() => {
-                        set(epoch_weak.upgrade().and_then(|e| e.loss_reason()).unwrap_or(LossReason::SessionExpired));
+                        set(epoch_reason.lock().unwrap().unwrap_or(LossReason::SessionExpired));
                     }
                 }
             })
@@ -727,7 +824,9 @@ impl Holding {
         self.lost.is_cancelled()
     }
     pub(crate) fn epoch(&self) -> Option<Arc<Epoch>> {
-        self.epoch.upgrade().filter(|e| !e.lost_token().is_cancelled())
+        self.epoch
+            .upgrade()
+            .filter(|e| !e.lost_token().is_cancelled())
     }
 
     /// Stops the monitor and drops our own-node watch, so that the release below fires only
@@ -751,7 +850,9 @@ impl Holding {
         self.released = true;
         self.stop_monitor().await;
         if self.lost.is_cancelled() {
-            return Err(Error::LockLost(self.loss_reason().unwrap_or(LossReason::SessionExpired)));
+            return Err(Error::LockLost(
+                self.loss_reason().unwrap_or(LossReason::SessionExpired),
+            ));
         }
         let Some(epoch) = self.epoch() else {
             return Err(Error::LockLost(LossReason::SessionExpired));

@@ -386,7 +386,7 @@ pub(crate) struct Epoch {
     pub(crate) session_id: i64,
     client: zk::Client,
     lost: CancellationToken,
-    reason: Mutex<Option<LossReason>>,
+    reason: Arc<Mutex<Option<LossReason>>>,
     health: Arc<Health>,
     counters: Arc<Counters>,
 }
@@ -430,6 +430,12 @@ impl Epoch {
     /// The token cancelled when this epoch ends.
     pub(crate) fn lost_token(&self) -> &CancellationToken {
         &self.lost
+    }
+
+    /// The cell that will hold why this epoch ended, for watchers that must not keep the
+    /// epoch (and its client) alive.
+    pub(crate) fn reason_cell(&self) -> Arc<Mutex<Option<LossReason>>> {
+        self.reason.clone()
     }
 
     /// Why this epoch ended (`None` while it lives).
@@ -795,7 +801,7 @@ impl Shared {
             session_id: client.session_id().0,
             client,
             lost: self.shutdown.child_token(),
-            reason: Mutex::new(None),
+            reason: Arc::new(Mutex::new(None)),
             health: Health::new(),
             counters: self.counters.clone(),
         });

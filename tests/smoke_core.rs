@@ -29,7 +29,12 @@ async fn fair_lock_smoke() {
                 let g = lock.lock().await.unwrap();
                 assert!(!held.swap(true, Ordering::SeqCst), "overlap");
                 let prev = last.swap(g.fencing_token(), Ordering::SeqCst);
-                assert!(g.fencing_token() > prev, "token {} after {}", g.fencing_token(), prev);
+                assert!(
+                    g.fencing_token() > prev,
+                    "token {} after {}",
+                    g.fencing_token(),
+                    prev
+                );
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 held.store(false, Ordering::SeqCst);
                 g.release().await.unwrap();
@@ -38,17 +43,29 @@ async fn fair_lock_smoke() {
         }));
     }
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t).await.expect("hang").unwrap();
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("hang")
+            .unwrap();
     }
     let s = session().await;
     let lock = FairLock::new(&s, &root).unwrap();
     let g = lock.try_lock().await.unwrap();
     let lock2 = FairLock::new(&s, &root).unwrap();
     assert_eq!(lock2.try_lock().await.unwrap_err(), Error::WouldBlock);
-    assert_eq!(lock2.lock_timeout(Duration::from_millis(300)).await.unwrap_err(), Error::Timeout);
+    assert_eq!(
+        lock2
+            .lock_timeout(Duration::from_millis(300))
+            .await
+            .unwrap_err(),
+        Error::Timeout
+    );
     assert_eq!(lock.contenders().await.unwrap().len(), 1);
     drop(g);
-    let g = tokio::time::timeout(Duration::from_secs(5), lock2.lock()).await.unwrap().unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(5), lock2.lock())
+        .await
+        .unwrap()
+        .unwrap();
     g.release().await.unwrap();
     s.close().await;
 }

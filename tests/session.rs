@@ -1,0 +1,384 @@
+//! The session manager and the simple exclusive lock against a real ZooKeeper (issue 2).
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zk_recipes::testing::{shared_server, unique_root};
+use zk_recipes::{
+    zk, Error, ExclusiveLock, FairLock, LossPolicy, LossReason, Semaphore, Session, SessionEvent,
+};
+
+async fn session_via_proxy(timeout: Duration, policy: LossPolicy) -> Session {
+    Session::builder(shared_server().connect_string_via_proxy())
+        .with_session_timeout(timeout)
+        .with_loss_policy(policy)
+        .connect()
+        .await
+        .expect("connect through the proxy")
+}
+
+async fn session() -> Session {
+    Session::builder(shared_server().connect_string())
+        .with_session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+async fn raw() -> zk::Client {
+    zk::Client::connect(&shared_server().connect_string())
+        .await
+        .expect("raw connect")
+}
+
+/// Expiry while holding: lost() fires within the session timeout, the manager reports
+/// Expired then Connected with epoch + 1, and the same lock handle can lock again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_while_holding() {
+    let path = format!("{}/lock", unique_root("exp"));
+    // OnExpiry, so that the reason is the expiry itself (under Grace the deadline may fire
+    // first while the proxy is blocked; grace_reports_loss_before_the_lock_moves covers it).
+    let s = session_via_proxy(Duration::from_secs(2), LossPolicy::OnExpiry).await;
+    assert_eq!(s.epoch_number(), Some(1));
+    let mut events = s.events();
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let g = lock.lock().await.unwrap();
+    let started = Instant::now();
+    shared_server().expire(&s).await.expect("expire");
+    tokio::time::timeout(Duration::from_secs(2), g.lost())
+        .await
+        .expect("lost() did not fire within the 2s session timeout");
+    assert_eq!(g.loss_reason(), Some(LossReason::SessionExpired));
+    eprintln!(
+        "holder told of expiry {:?} after expire() was called",
+        started.elapsed()
+    );
+    // Expired { epoch: 1 } then Connected { epoch: 2 }.
+    let mut seen = Vec::new();
+    let waited = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            events.changed().await.unwrap();
+            let e = *events.borrow_and_update();
+            seen.push(e);
+            if matches!(e, SessionEvent::Connected { epoch: 2, .. }) {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "no Connected {{ epoch: 2 }} within 10s; saw {seen:?}"
+    );
+    assert!(
+        seen.contains(&SessionEvent::Expired { epoch: 1 }),
+        "no Expired {{ epoch: 1 }} in {seen:?}"
+    );
+    let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .expect("relock hung")
+        .unwrap();
+    assert!(again.fencing_token() > g.fencing_token());
+    assert_eq!(
+        g.release().await.unwrap_err(),
+        Error::LockLost(LossReason::SessionExpired)
+    );
+    again.release().await.unwrap();
+    s.close().await;
+    assert_eq!(s.state(), SessionEvent::Closed);
+}
+
+/// try_lock while held is WouldBlock at once; lock_timeout is Timeout; neither leaves a node.
+#[tokio::test]
+async fn try_lock_and_timeout_while_held() {
+    let root = unique_root("busy");
+    let path = format!("{root}/lock");
+    let a = session().await;
+    let b = session().await;
+    let g = ExclusiveLock::new(&a, &path)
+        .unwrap()
+        .with_data("holder-a")
+        .try_lock()
+        .await
+        .unwrap();
+    let other = ExclusiveLock::new(&b, &path).unwrap();
+    let t = Instant::now();
+    assert_eq!(other.try_lock().await.unwrap_err(), Error::WouldBlock);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "try_lock waited {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        other
+            .lock_timeout(Duration::from_millis(300))
+            .await
+            .unwrap_err(),
+        Error::Timeout
+    );
+    let c = raw().await;
+    assert_eq!(
+        c.list_children(&root).await.unwrap(),
+        vec!["lock".to_string()]
+    );
+    let (data, stat) = c.get_data(&path).await.unwrap();
+    assert_eq!(
+        (data.as_slice(), stat.ephemeral_owner),
+        (&b"holder-a"[..], a.session_id().unwrap())
+    );
+    g.release().await.unwrap();
+    assert!(
+        c.check_stat(&path).await.unwrap().is_none(),
+        "release left the lock node"
+    );
+    a.close().await;
+    b.close().await;
+}
+
+/// Ten tasks sharing one ExclusiveLock handle on one session all finish, one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_tasks_share_one_exclusive_lock() {
+    let path = format!("{}/lock", unique_root("ten"));
+    let s = session().await;
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let (lock, inside) = (lock.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let g = lock.lock().await.unwrap();
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two tasks hold the lock"
+                );
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a task hung: deadlock")
+            .unwrap();
+    }
+    s.close().await;
+}
+
+/// No server at connect: a clear Unreachable error after the connect timeout.
+#[tokio::test]
+async fn server_down_at_connect() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let hosts = format!("127.0.0.1:{port}");
+    let t = Instant::now();
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        Session::builder(&hosts)
+            .with_connect_timeout(Duration::from_secs(1))
+            .connect(),
+    )
+    .await
+    .expect("connect did not give up")
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Unreachable { hosts: h, .. } if *h == hosts),
+        "got {err:?}"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "gave up after {:?}, before the connect timeout",
+        t.elapsed()
+    );
+    assert!(
+        err.to_string().contains(&hosts),
+        "message does not name the hosts: {err}"
+    );
+}
+
+/// Malformed paths and arguments fail before any request is sent.
+#[tokio::test]
+async fn malformed_input_fails_before_any_request() {
+    let s = session().await;
+    let before = s.request_count();
+    for p in [
+        "", "locks", "/", "/a/", "//a", "/a//b", "/a/./b", "/a/../b", "/a\0b",
+    ] {
+        assert!(
+            matches!(ExclusiveLock::new(&s, p), Err(Error::InvalidPath { .. })),
+            "ExclusiveLock accepted {p:?}"
+        );
+        assert!(
+            matches!(FairLock::new(&s, p), Err(Error::InvalidPath { .. })),
+            "FairLock accepted {p:?}"
+        );
+        assert!(
+            matches!(Semaphore::new(&s, p, 2), Err(Error::InvalidPath { .. })),
+            "Semaphore accepted {p:?}"
+        );
+    }
+    assert_eq!(
+        s.request_count(),
+        before,
+        "a request was sent for malformed input"
+    );
+    for hosts in [
+        "",
+        "localhost",
+        "127.0.0.1:x",
+        ":2181",
+        "127.0.0.1:2181/chroot",
+    ] {
+        assert!(
+            matches!(
+                Session::builder(hosts).connect().await,
+                Err(Error::InvalidArgument(_))
+            ),
+            "hosts {hosts:?} accepted"
+        );
+    }
+    assert!(matches!(
+        Session::builder("127.0.0.1:2181")
+            .with_session_timeout(Duration::ZERO)
+            .connect()
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Session::builder("127.0.0.1:2181")
+            .with_chroot("rel")
+            .connect()
+            .await,
+        Err(Error::InvalidPath { .. })
+    ));
+    let missing = Session::builder(shared_server().connect_string())
+        .with_chroot(unique_root("nochroot"))
+        .connect()
+        .await;
+    assert!(
+        matches!(missing, Err(Error::InvalidPath { .. })),
+        "a missing chroot was accepted: {missing:?}"
+    );
+    s.close().await;
+}
+
+/// close() ends the session and deletes its ephemeral nodes at once.
+#[tokio::test]
+async fn close_deletes_ephemerals() {
+    let path = format!("{}/lock", unique_root("close"));
+    let s = session().await;
+    let g = ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap();
+    s.close().await;
+    assert!(
+        g.is_lost(),
+        "a lock held through a closed session must report lost"
+    );
+    assert!(
+        raw().await.check_stat(&path).await.unwrap().is_none(),
+        "close() left the ephemeral node"
+    );
+    assert_eq!(
+        ExclusiveLock::new(&s, &path)
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap_err(),
+        Error::Closed
+    );
+}
+
+/// The Grace policy: when the connection is cut, the holder is told before the server can
+/// expire its session and hand the lock to a waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grace_reports_loss_before_the_lock_moves() {
+    let path = format!("{}/lock", unique_root("grace"));
+    let h = session_via_proxy(Duration::from_secs(2), LossPolicy::Grace).await;
+    let w = session().await;
+    let g = ExclusiveLock::new(&h, &path).unwrap().lock().await.unwrap();
+    let lock_w = ExclusiveLock::new(&w, &path).unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = lock_w.lock().await.unwrap();
+        (Instant::now(), g)
+    });
+    shared_server().proxy().set_blocked(true);
+    let cut = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("Grace did not report the loss");
+    let lost_at = Instant::now();
+    let (acquired_at, gw) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("waiter hung")
+        .unwrap();
+    shared_server().proxy().set_blocked(false);
+    eprintln!(
+        "cut at 0, holder told at {:?}, waiter acquired at {:?}",
+        lost_at - cut,
+        acquired_at - cut
+    );
+    assert!(
+        lost_at < acquired_at,
+        "the waiter acquired before the holder was told: lost {:?}, acquired {:?}",
+        lost_at - cut,
+        acquired_at - cut
+    );
+    assert_eq!(g.loss_reason(), Some(LossReason::ConnectionLost));
+    gw.release().await.unwrap();
+    h.close().await;
+    w.close().await;
+}
+
+/// OnSuspend: lost at the first disconnect. OnExpiry: not lost during a short blip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_and_expiry_policies() {
+    let root = unique_root("policy");
+    let strict = session_via_proxy(Duration::from_secs(4), LossPolicy::OnSuspend).await;
+    let lax = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let gs = ExclusiveLock::new(&strict, format!("{root}/a"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let gl = ExclusiveLock::new(&lax, format!("{root}/b"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    shared_server().proxy().drop_connections();
+    tokio::time::timeout(Duration::from_secs(3), gs.lost())
+        .await
+        .expect("OnSuspend did not report loss on disconnect");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !gl.is_lost(),
+        "OnExpiry reported loss on a short disconnect"
+    );
+    gl.release().await.unwrap();
+    strict.close().await;
+    lax.close().await;
+}
+
+/// A guard dropped outside any runtime must not panic.
+#[test]
+fn guard_drop_outside_runtime_does_not_panic() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (s, g) = rt.block_on(async {
+        let s = session().await;
+        let g = FairLock::new(&s, unique_root("offrt"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        (s, g)
+    });
+    std::thread::spawn(move || drop(g))
+        .join()
+        .expect("dropping a guard off the runtime panicked");
+    rt.block_on(s.close());
+}
