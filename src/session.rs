@@ -581,6 +581,7 @@ impl Epoch {
 struct Shared {
     config: Config,
     events: watch::Sender<SessionEvent>,
+    history: tokio::sync::broadcast::Sender<SessionEvent>,
     current: Mutex<Option<Arc<Epoch>>>,
     counters: Arc<Counters>,
     tracker: TaskTracker,
@@ -665,6 +666,7 @@ impl Session {
         let shared = Arc::new(Shared {
             config,
             events,
+            history: tokio::sync::broadcast::channel(256).0,
             current: Mutex::new(None),
             counters: Arc::new(Counters::default()),
             tracker: TaskTracker::new(),
@@ -713,6 +715,23 @@ impl Session {
     /// The manager's own heartbeats are not counted. For measuring protocols.
     pub fn request_count(&self) -> u64 {
         self.shared.counters.requests.load(Ordering::Relaxed)
+    }
+
+    /// Every state change from now on, in order (unlike [`events`](Self::events), which
+    /// keeps only the latest). A receiver more than 256 changes behind gets `Lagged`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(session: zk_recipes::Session) {
+    /// let mut changes = session.subscribe();
+    /// while let Ok(change) = changes.recv().await {
+    ///     println!("session: {change:?}");
+    /// }
+    /// # }
+    /// ```
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<SessionEvent> {
+        self.shared.history.subscribe()
     }
 
     /// Waits until a session is connected, up to `timeout`.
@@ -795,6 +814,12 @@ impl Session {
 }
 
 impl Shared {
+    /// Publishes a state change to the latest-state channel and the every-change stream.
+    fn publish(&self, event: SessionEvent) {
+        self.events.send_replace(event);
+        let _ = self.history.send(event);
+    }
+
     fn install(&self, client: zk::Client, number: u64) -> Arc<Epoch> {
         let epoch = Arc::new(Epoch {
             number,
@@ -807,7 +832,7 @@ impl Shared {
         });
         epoch.health.answered(Instant::now());
         *self.current.lock().unwrap() = Some(epoch.clone());
-        self.events.send_replace(SessionEvent::Connected {
+        self.publish(SessionEvent::Connected {
             epoch: number,
             session_id: epoch.session_id,
         });
@@ -829,7 +854,7 @@ impl Shared {
         }
         drop(current);
         if reason != LossReason::Closed {
-            self.events.send_replace(SessionEvent::Expired {
+            self.publish(SessionEvent::Expired {
                 epoch: epoch.number,
             });
             tracing::warn!(epoch = epoch.number, %reason, "ZooKeeper session epoch ended");
@@ -857,11 +882,11 @@ async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
         // Build the next session with bounded exponential backoff.
         let mut backoff = Duration::from_millis(50);
         epoch = loop {
-            shared.events.send_replace(SessionEvent::Connecting);
+            shared.publish(SessionEvent::Connecting);
             let deadline = Instant::now() + shared.config.connect_timeout;
             let attempt = tokio::select! {
                 r = connect_once(&shared.config, deadline) => r,
-                _ = shared.shutdown.cancelled() => { shared.events.send_replace(SessionEvent::Closed); return; }
+                _ = shared.shutdown.cancelled() => { shared.publish(SessionEvent::Closed); return; }
             };
             match attempt {
                 Ok(client) => break shared.install(client, next),
@@ -869,7 +894,7 @@ async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
                     tracing::warn!(%err, ?backoff, "reconnecting to ZooKeeper");
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
-                        _ = shared.shutdown.cancelled() => { shared.events.send_replace(SessionEvent::Closed); return; }
+                        _ = shared.shutdown.cancelled() => { shared.publish(SessionEvent::Closed); return; }
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
@@ -883,7 +908,7 @@ async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
     let mut state = epoch.client.state_watcher();
     shared.end_epoch(&epoch, LossReason::Closed);
     wait_released(epoch, &mut state).await;
-    shared.events.send_replace(SessionEvent::Closed);
+    shared.publish(SessionEvent::Closed);
 }
 
 /// Drops our reference to an ended epoch and waits (bounded) for its client to close, so
@@ -921,7 +946,7 @@ async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
             zk::SessionState::Disconnected => {
                 if !suspended {
                     suspended = true;
-                    shared.events.send_replace(SessionEvent::Suspended {
+                    shared.publish(SessionEvent::Suspended {
                         epoch: epoch.number,
                     });
                     tracing::info!(epoch = epoch.number, "ZooKeeper connection suspended");
@@ -938,7 +963,7 @@ async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
                 }
                 if suspended {
                     suspended = false;
-                    shared.events.send_replace(SessionEvent::Reconnected {
+                    shared.publish(SessionEvent::Reconnected {
                         epoch: epoch.number,
                     });
                     tracing::info!(

@@ -6,17 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::history::{check, check_fifo, check_semaphore, Event, Kind};
-use zk_recipes::testing::{monotonic_nanos, shared_server, unique_root, ZooKeeperServer};
+use zk_recipes::testing::{monotonic_nanos, shared_server, unique_root, FaultProxy, ZooKeeperServer};
 use zk_recipes::{zk, Error, FairLock, LossReason, Semaphore, Session};
 
 const T: Duration = Duration::from_secs(60);
 
-async fn session_via_proxy(timeout: Duration) -> Session {
-    Session::builder(shared_server().connect_string_via_proxy())
+/// A session behind a proxy of its own, so that faults injected for it disturb no other test.
+async fn session_via_proxy(timeout: Duration) -> (Session, FaultProxy) {
+    let proxy = FaultProxy::start(shared_server().addr()).expect("proxy");
+    let s = Session::builder(proxy.addr().to_string())
         .with_session_timeout(timeout)
         .connect()
         .await
-        .expect("connect to the shared test server")
+        .expect("connect to the shared test server");
+    (s, proxy)
 }
 
 async fn session() -> Session {
@@ -390,14 +393,14 @@ async fn hand_off_cost_is_constant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_expiry_is_reported_and_handed_on() {
     let root = unique_root("expiry");
-    let a = session_via_proxy(Duration::from_secs(2)).await;
+    let (a, proxy) = session_via_proxy(Duration::from_secs(2)).await;
     let b = session().await;
     let lock_a = FairLock::new(&a, &root).unwrap();
     let ga = lock_a.lock().await.unwrap();
     let lock_b = FairLock::new(&b, &root).unwrap();
     let waiter = tokio::spawn(async move { lock_b.lock().await });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    shared_server().expire(&a).await.expect("expire");
+    proxy.expire(&a).await.expect("expire");
     tokio::time::timeout(Duration::from_secs(2), ga.lost())
         .await
         .expect("lost() did not fire within the session timeout");
@@ -439,7 +442,7 @@ async fn waiter_expiry_requeues_or_fails() {
     let root = unique_root("waiter-expiry");
     let h = session().await;
     let held = FairLock::new(&h, &root).unwrap().lock().await.unwrap();
-    let w = session_via_proxy(Duration::from_secs(2)).await;
+    let (w, proxy) = session_via_proxy(Duration::from_secs(2)).await;
     let requeuing = FairLock::new(&w, &root).unwrap();
     let strict = FairLock::new(&w, &root).unwrap().requeue_on_expiry(false);
     let t1 = tokio::spawn(async move { requeuing.lock().await });
@@ -450,7 +453,7 @@ async fn waiter_expiry_requeues_or_fails() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    shared_server().expire(&w).await.unwrap();
+    proxy.expire(&w).await.unwrap();
     let strict_result = tokio::time::timeout(Duration::from_secs(5), t2)
         .await
         .expect("strict waiter hung")

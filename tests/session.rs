@@ -3,18 +3,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zk_recipes::testing::{shared_server, unique_root};
+use zk_recipes::testing::{shared_server, unique_root, FaultProxy};
 use zk_recipes::{
     zk, Error, ExclusiveLock, FairLock, LossPolicy, LossReason, Semaphore, Session, SessionEvent,
 };
 
-async fn session_via_proxy(timeout: Duration, policy: LossPolicy) -> Session {
-    Session::builder(shared_server().connect_string_via_proxy())
+/// A session behind a proxy of its own, so that faults injected for it disturb no other test.
+async fn session_via_proxy(timeout: Duration, policy: LossPolicy) -> (Session, FaultProxy) {
+    let proxy = FaultProxy::start(shared_server().addr()).expect("proxy");
+    let s = Session::builder(proxy.addr().to_string())
         .with_session_timeout(timeout)
         .with_loss_policy(policy)
         .connect()
         .await
-        .expect("connect through the proxy")
+        .expect("connect through the proxy");
+    (s, proxy)
 }
 
 async fn session() -> Session {
@@ -38,13 +41,13 @@ async fn expiry_while_holding() {
     let path = format!("{}/lock", unique_root("exp"));
     // OnExpiry, so that the reason is the expiry itself (under Grace the deadline may fire
     // first while the proxy is blocked; grace_reports_loss_before_the_lock_moves covers it).
-    let s = session_via_proxy(Duration::from_secs(2), LossPolicy::OnExpiry).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(2), LossPolicy::OnExpiry).await;
     assert_eq!(s.epoch_number(), Some(1));
-    let mut events = s.events();
+    let mut events = s.subscribe();
     let lock = ExclusiveLock::new(&s, &path).unwrap();
     let g = lock.lock().await.unwrap();
     let started = Instant::now();
-    shared_server().expire(&s).await.expect("expire");
+    proxy.expire(&s).await.expect("expire");
     tokio::time::timeout(Duration::from_secs(2), g.lost())
         .await
         .expect("lost() did not fire within the 2s session timeout");
@@ -57,8 +60,7 @@ async fn expiry_while_holding() {
     let mut seen = Vec::new();
     let waited = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            events.changed().await.unwrap();
-            let e = *events.borrow_and_update();
+            let e = events.recv().await.unwrap();
             seen.push(e);
             if matches!(e, SessionEvent::Connected { epoch: 2, .. }) {
                 break;
@@ -298,7 +300,7 @@ async fn close_deletes_ephemerals() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grace_reports_loss_before_the_lock_moves() {
     let path = format!("{}/lock", unique_root("grace"));
-    let h = session_via_proxy(Duration::from_secs(2), LossPolicy::Grace).await;
+    let (h, proxy) = session_via_proxy(Duration::from_secs(2), LossPolicy::Grace).await;
     let w = session().await;
     let g = ExclusiveLock::new(&h, &path).unwrap().lock().await.unwrap();
     let lock_w = ExclusiveLock::new(&w, &path).unwrap();
@@ -306,7 +308,7 @@ async fn grace_reports_loss_before_the_lock_moves() {
         let g = lock_w.lock().await.unwrap();
         (Instant::now(), g)
     });
-    shared_server().proxy().set_blocked(true);
+    proxy.set_blocked(true);
     let cut = Instant::now();
     tokio::time::timeout(Duration::from_secs(5), g.lost())
         .await
@@ -316,7 +318,7 @@ async fn grace_reports_loss_before_the_lock_moves() {
         .await
         .expect("waiter hung")
         .unwrap();
-    shared_server().proxy().set_blocked(false);
+    proxy.set_blocked(false);
     eprintln!(
         "cut at 0, holder told at {:?}, waiter acquired at {:?}",
         lost_at - cut,
@@ -338,8 +340,8 @@ async fn grace_reports_loss_before_the_lock_moves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suspend_and_expiry_policies() {
     let root = unique_root("policy");
-    let strict = session_via_proxy(Duration::from_secs(4), LossPolicy::OnSuspend).await;
-    let lax = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let (strict, p1) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnSuspend).await;
+    let (lax, p2) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
     let gs = ExclusiveLock::new(&strict, format!("{root}/a"))
         .unwrap()
         .lock()
@@ -350,7 +352,8 @@ async fn suspend_and_expiry_policies() {
         .lock()
         .await
         .unwrap();
-    shared_server().proxy().drop_connections();
+    p1.drop_connections();
+    p2.drop_connections();
     tokio::time::timeout(Duration::from_secs(3), gs.lost())
         .await
         .expect("OnSuspend did not report loss on disconnect");

@@ -36,3 +36,18 @@ impl ZooKeeperCluster {
         expire_session(&self.proxies(), &self.connect_string(), info_of(session)?).await
     }
 }
+
+impl super::FaultProxy {
+    /// Expires `session`, which must be connected through this proxy (and only it): blocks the
+    /// proxy, resumes the session directly at the proxy's target and closes it, unblocks.
+    ///
+    /// Give each test that injects faults its own proxy (`FaultProxy::start(server.addr())`),
+    /// so that blocking it does not disturb other tests' sessions.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Harness`] if the session is not connected or could not be closed.
+    pub async fn expire(&self, session: &Session) -> Result<()> {
+        expire_session(&[self], &self.target().to_string(), info_of(session)?).await
+    }
+}
