@@ -194,7 +194,7 @@ impl ExclusiveLock {
                         own_watch: None,
                     };
                     let held_here = self.held_here.clone();
-                    let holding = Holding::new(&self.session, granted).on_end(move || {
+                    let holding = Holding::new(&self.session, granted).with_shared_path().on_end(move || {
                         let mut h = held_here.lock().unwrap();
                         *h = h.saturating_sub(1);
                     });

@@ -499,9 +499,14 @@ async fn attempt(
                 _ => {}
             },
             Woke::Own(event) => {
-                // Our own node changed: deleted (or touched) by someone else, or the session ended.
+                // Our own node changed: deleted by someone else, or the session ended. Any
+                // other event (a stale NodeCreated of an earlier exists watch): re-arm.
                 if event.event_type == zk::EventType::Session {
                     return Ok(requeue_or_retry(&epoch, pending));
+                }
+                if event.event_type != zk::EventType::NodeDeleted {
+                    own_watch = None;
+                    continue;
                 }
                 pending.disarm();
                 let _ = epoch.delete(&my_path, None);
@@ -684,6 +689,8 @@ pub(crate) struct Holding {
     on_end: Option<Box<dyn FnOnce() + Send + Sync>>,
     /// Whether the release writes the mark before deleting (default); see `with_release_mark`.
     mark_release: bool,
+    /// The node path is reused by later holders (the simple lock): check the czxid first.
+    verify_czxid: bool,
 }
 
 impl std::fmt::Debug for Holding {
@@ -730,6 +737,8 @@ impl Holding {
         let monitor = {
             let epoch_token = epoch.lost_token().clone();
             let epoch_reason = epoch.reason_cell();
+            let epoch_weak = Arc::downgrade(&epoch);
+            let path = path.clone();
             let lost = lost.clone();
             let reason = reason.clone();
             let stop = stop_monitor.clone();
@@ -738,35 +747,47 @@ impl Holding {
                     reason.lock().unwrap().get_or_insert(r);
                     lost.cancel();
                 };
-                let own = tokio::select! {
-                    r = own => r,
-                    _ = stop.cancelled() => return,
-                    _ = epoch_token.cancelled() => {
-                        set(epoch_reason.lock().unwrap().unwrap_or(LossReason::SessionExpired));
-                        return;
-                    }
-                };
-                let watch = match own {
-                    Err(()) => return set(LossReason::NodeDeleted),
-                    Ok(w) => w,
-                };
-                let node_event = async {
-                    match watch {
-                        Some(w) => w.await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    event = node_event => {
-                        if event.event_type == zk::EventType::Session {
-                            set(epoch_reason.lock().unwrap().unwrap_or(LossReason::SessionExpired));
-                        } else {
-                            set(LossReason::NodeDeleted);
+                let epoch_ended = || epoch_reason.lock().unwrap().unwrap_or(LossReason::SessionExpired);
+                let mut own = own;
+                loop {
+                    let checked = tokio::select! {
+                        r = own => r,
+                        _ = stop.cancelled() => return,
+                        _ = epoch_token.cancelled() => return set(epoch_ended()),
+                    };
+                    let watch = match checked {
+                        Err(()) => return set(LossReason::NodeDeleted),
+                        Ok(w) => w,
+                    };
+                    let node_event = async {
+                        match watch {
+                            Some(w) => Some(w.await),
+                            // The check failed on a connection error: the epoch's end, if
+                            // it comes, is the signal.
+                            None => std::future::pending().await,
                         }
-                    }
-                    _ = stop.cancelled() => {}
-                    _ = epoch_token.cancelled() => {
-                        set(epoch_reason.lock().unwrap().unwrap_or(LossReason::SessionExpired));
+                    };
+                    let event = tokio::select! {
+                        event = node_event => event,
+                        _ = stop.cancelled() => return,
+                        _ = epoch_token.cancelled() => return set(epoch_ended()),
+                    };
+                    match event.map(|e| e.event_type) {
+                        Some(zk::EventType::Session) => return set(epoch_ended()),
+                        Some(zk::EventType::NodeDeleted) => return set(LossReason::NodeDeleted),
+                        _ => {
+                            // Anything else (a stale NodeCreated of an earlier exists watch in
+                            // this session, a data change): look again and re-arm.
+                            let Some(epoch) = epoch_weak.upgrade() else { return set(epoch_ended()) };
+                            let path = path.clone();
+                            own = Box::pin(async move {
+                                match epoch.check_and_watch_stat(&path).await {
+                                    Ok((Some(stat), w)) if stat.czxid == czxid => Ok(Some(Box::pin(w.changed()) as WatchFuture)),
+                                    Ok(_) => Err(()),
+                                    Err(_) => Ok(None),
+                                }
+                            });
+                        }
                     }
                 }
             })
@@ -785,6 +806,7 @@ impl Holding {
             released: false,
             on_end: None,
             mark_release: true,
+            verify_czxid: false,
         }
     }
 
@@ -793,6 +815,13 @@ impl Holding {
     /// NodeDeleted, so a marked release would leave a Curator follower waiting forever.
     pub(crate) fn with_release_mark(mut self, mark: bool) -> Holding {
         self.mark_release = mark;
+        self
+    }
+
+    /// For a node path that later holders reuse (the simple lock): release only after checking
+    /// that the node there is still ours (same czxid), never someone else's.
+    pub(crate) fn with_shared_path(mut self) -> Holding {
+        self.verify_czxid = true;
         self
     }
 
@@ -857,21 +886,12 @@ impl Holding {
         let Some(epoch) = self.epoch() else {
             return Err(Error::LockLost(LossReason::SessionExpired));
         };
-        let result = if self.mark_release {
-            epoch.set_and_delete(&self.path, RELEASE_MARK).await
-        } else {
-            epoch.delete(&self.path, None).await
-        };
+        let result = release_node(&epoch, &self.path, self.mark_release, self.verify_czxid.then_some(self.czxid)).await;
         self.lost.cancel();
         match result {
             Ok(()) => Ok(()),
             Err(zk::Error::NoNode) => Err(Error::LockLost(LossReason::NodeDeleted)),
-            Err(err) => {
-                // Best effort: a plain delete (or the session's end) still frees the queue.
-                let path = self.path.clone();
-                let _ = epoch.delete(&path, None);
-                Err(Error::zk("release", &path, err))
-            }
+            Err(err) => Err(Error::zk("release", &self.path, err)),
         }
     }
 
@@ -892,27 +912,41 @@ impl Drop for Holding {
             return;
         }
         self.stop_monitor.cancel();
+        if self.lost.is_cancelled() {
+            // Lost: the node is gone or not ours to delete any more.
+            return;
+        }
         let Some(epoch) = self.epoch() else { return };
         let path = self.path.clone();
         let monitor = self.monitor.take();
         let mark = self.mark_release;
+        let verify = self.verify_czxid.then_some(self.czxid);
         self.lost.cancel();
         self.session.spawn_tracked(async move {
             if let Some(m) = monitor {
                 let _ = m.await;
             }
-            let released = if mark {
-                epoch.set_and_delete(&path, RELEASE_MARK).await
-            } else {
-                epoch.delete(&path, None).await
-            };
-            match released {
+            match release_node(&epoch, &path, mark, verify).await {
                 Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
-                Err(err) => {
-                    tracing::warn!(path, %err, "release on drop failed; deleting plainly");
-                    let _ = epoch.delete(&path, None).await;
-                }
+                Err(err) => tracing::warn!(path, %err, "release on drop failed; the node goes with the session"),
             }
         });
+    }
+}
+
+/// Deletes our node: marked (set + delete in one multi) or plain; with `verify`, only if the
+/// node at `path` still has that czxid (checked first: a path reused by later holders).
+async fn release_node(epoch: &Epoch, path: &str, mark: bool, verify: Option<i64>) -> std::result::Result<(), zk::Error> {
+    let mut version = None;
+    if let Some(czxid) = verify {
+        match epoch.check_stat(path).await? {
+            Some(stat) if stat.czxid == czxid => version = Some(stat.version),
+            _ => return Err(zk::Error::NoNode),
+        }
+    }
+    if mark {
+        epoch.set_and_delete(path, RELEASE_MARK, version).await
+    } else {
+        epoch.delete(path, version).await
     }
 }

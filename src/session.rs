@@ -531,13 +531,15 @@ impl Epoch {
         &'a self,
         path: &'a str,
         mark: &'a [u8],
+        version: Option<i32>,
     ) -> impl Future<Output = ZkResult<()>> + Send + 'a {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
         let mut writer = self.client.new_multi_writer();
+        // `version`: the data version the node must have; the set makes it version + 1.
         let queued = writer
-            .add_set_data(path, mark, None)
-            .and_then(|_| writer.add_delete(path, None));
+            .add_set_data(path, mark, version)
+            .and_then(|_| writer.add_delete(path, version.map(|v| v + 1)));
         let commit = queued.map(|_| writer.commit());
         let health = self.health.clone();
         async move {

@@ -1,0 +1,12 @@
+//! Shared helpers for integration tests. Use with `mod support;` in a test file.
+//!
+//! * [`history`]: record who held what when, and check the history (mutual exclusion, fencing
+//!   tokens, FIFO order). Pure Rust, no ZooKeeper needed.
+//! * [`interop`]: run Apache Curator (`tests/interop/Interop.java`) and kazoo
+//!   (`tests/interop/kazoo_interop.py`) peers and turn their output into [`history::Event`]s.
+//!
+//! Not every test uses every item, hence the `dead_code`/`unused` allowances.
+#![allow(dead_code, unused_imports, unused_macros)]
+
+pub mod history;
+pub mod interop;
