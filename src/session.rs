@@ -427,6 +427,12 @@ impl Epoch {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether this epoch has ended, or its client already knows the session is gone (the
+    /// supervisor may not have processed it yet).
+    pub(crate) fn is_over(&self) -> bool {
+        self.lost.is_cancelled() || self.client.state().is_terminated()
+    }
+
     /// The token cancelled when this epoch ends.
     pub(crate) fn lost_token(&self) -> &CancellationToken {
         &self.lost
@@ -785,7 +791,7 @@ impl Session {
             .lock()
             .unwrap()
             .clone()
-            .filter(|e| !e.lost.is_cancelled())
+            .filter(|e| !e.is_over())
     }
 
     /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it.
