@@ -891,6 +891,10 @@ impl Holding {
         match result {
             Ok(()) => Ok(()),
             Err(zk::Error::NoNode) => Err(Error::LockLost(LossReason::NodeDeleted)),
+            // The session ended under us: the node went with it.
+            Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => Err(Error::LockLost(
+                self.loss_reason().unwrap_or(LossReason::SessionExpired),
+            )),
             Err(err) => Err(Error::zk("release", &self.path, err)),
         }
     }
