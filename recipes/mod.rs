@@ -12,4 +12,5 @@
 
 pub mod exclusive;
 pub mod fair_lock;
+pub mod rwlock;
 pub mod semaphore;

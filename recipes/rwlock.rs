@@ -1,0 +1,680 @@
+//! A fair read/write lock: many readers or one writer, granted in arrival order.
+//!
+//! # Znode layout
+//!
+//! ```text
+//! <path>                                    CONTAINER (reaped by the server once empty)
+//! <path>/_c_<uuid>-__WRIT__0000000007       EPHEMERAL_SEQUENTIAL writer, data = contender identity
+//! <path>/_c_<uuid>-__READ__0000000008       EPHEMERAL_SEQUENTIAL reader
+//! <path>/_c_<uuid>-__READ__0000000009       ... another reader, shares with 8
+//! ```
+//!
+//! The default layout is Apache Curator's `InterProcessReadWriteLock`. With
+//! [`RwLock::with_layout`]`(Layout::Kazoo)` our nodes are named as kazoo's `WriteLock` and
+//! `ReadLock` name theirs (`<32 hex>__lock__<seq>` and `<32 hex>__rlock__<seq>`). Either way
+//! every lock-like child of the directory takes part: Curator or kazoo exclusive locks count as
+//! writers, whatever their layout. Pick the layout of the peers you share the path with: Curator
+//! orders only its own names, and kazoo only its own unless given `extra_lock_patterns`.
+//!
+//! # Algorithm
+//!
+//! The crate's contender queue (shared with the fair lock and the semaphore), ordered by the
+//! sequence suffix:
+//!
+//! * a **writer** is granted when no node precedes it, and watches only its immediate
+//!   predecessor;
+//! * a **reader** is granted when no writer (or exclusive lock) precedes it, and watches only the
+//!   nearest preceding writer. A reader that arrives behind a waiting writer therefore queues
+//!   behind it: a stream of readers cannot starve a writer.
+//!
+//! Releases are one `multi` that marks and deletes the node. A reader woken by a marked writer
+//! release knows at once that it holds (nothing below a granted writer can exist, and only
+//! readers stand between it and us); a waiter woken by a plain deletion (a reader leaving, a
+//! cancelled waiter, a Curator or kazoo holder, an expired session) walks back through the nodes
+//! it has already seen.
+//!
+//! # Downgrade
+//!
+//! [`WriteGuard::downgrade`] turns a write lock into a read lock without letting another writer
+//! in between. A read node placed behind our write node is safe only if no writer sits between
+//! the two, so the downgrade:
+//!
+//! 1. creates our read node and lists the directory in the same round trip (the listing is
+//!    answered after the create, so it shows every node below the new one that still exists);
+//! 2. if no writer or exclusive lock lies between our write node and the new read node, releases
+//!    the write node with the mark: readers queued behind it (before or after the new read
+//!    node) are granted at once, and a later writer queues behind our read node;
+//! 3. otherwise (a writer had already queued behind us) deletes the new read node and keeps the
+//!    write node: the returned [`ReadGuard`] then holds the write node and is exclusive
+//!    ([`ReadGuard::is_exclusive`]). The waiting writer still cannot get in first, but readers
+//!    queued behind us keep waiting until we release.
+//!
+//! Checking the directory's `cversion` in a `multi` before creating the read node does not work:
+//! ZooKeeper's `check` operation compares the *data* version only, so the test is done after the
+//! create instead, which needs no condition at all: sequence numbers below our new node can
+//! never be handed out again.
+//!
+//! # Why there is no upgrade
+//!
+//! Two readers that both wanted to upgrade would each wait for the other to leave: a deadlock
+//! no ordering can break. [`ReadGuard::upgrade`] therefore always fails with
+//! [`Error::Unsupported`]; release the read lock and queue for the write lock instead, and
+//! re-check what was read, since others may have written in between.
+//!
+//! # Loss, expiry, ownership, cancellation
+//!
+//! As for the [`FairLock`](crate::FairLock): a holder learns of loss through `lost()`, a waiter
+//! whose session expires re-queues at the back of the new session, cancelled acquires leave no
+//! node behind, and a node counts as ours only in the session that created it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use zookeeper_client as zk;
+
+use crate::error::{Error, LossReason, Result};
+use crate::guard::LockGuard;
+use crate::path::{join, new_prefix, Layout, NodeKind, NodeName};
+use crate::queue::{self, Contender, Granted, Holding, QueueSpec, Rule, Wait, LOCK_MEMBERS};
+use crate::recipes::fair_lock::{default_spec, queue_options};
+use crate::session::{Epoch, Session};
+
+/// A fair read/write lock on a ZooKeeper path, compatible with Curator's
+/// `InterProcessReadWriteLock` (default) or kazoo's `ReadLock`/`WriteLock`
+/// ([`with_layout`](Self::with_layout)).
+///
+/// Cheap to clone and share across tasks: every [`read`](Self::read) or [`write`](Self::write)
+/// call is its own contender. The lock is not reentrant: a task holding the write lock that
+/// calls `read()` on the same path waits behind itself forever; use
+/// [`WriteGuard::downgrade`] instead.
+///
+/// # Fairness
+///
+/// Grants follow arrival order (the sequence number of the contender node): a reader arriving
+/// after a waiting writer waits for that writer, so writers are never starved by readers, and
+/// readers arriving together behind the same writer are granted together.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f() -> zk_recipes::Result<()> {
+/// use zk_recipes::{RwLock, Session};
+///
+/// let session = Session::builder("127.0.0.1:2181").connect().await?;
+/// let lock = RwLock::new(&session, "/app/config-lock")?;
+///
+/// let read = lock.read().await?; // shared with other readers
+/// println!("reading under {}", read.path());
+/// read.release().await?;
+///
+/// let write = lock.write().await?; // alone
+/// println!("writing with fencing token {}", write.fencing_token());
+/// write.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    session: Session,
+    /// The writer's spec; a reader's differs only in `kind` and `rule`.
+    spec: Arc<QueueSpec>,
+}
+
+queue_options!(RwLock);
+
+impl RwLock {
+    /// A read/write lock on `path` (the directory of contender nodes) in `session`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPath`] for a malformed path; nothing is sent.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(session: zk_recipes::Session) -> zk_recipes::Result<()> {
+    /// let lock = zk_recipes::RwLock::new(&session, "/app/table-lock")?.with_data(b"host-3".to_vec());
+    /// # Ok(()) }
+    /// ```
+    pub fn new(session: &Session, path: impl AsRef<str>) -> Result<RwLock> {
+        let spec = default_spec(
+            path.as_ref(),
+            NodeKind::Write,
+            LOCK_MEMBERS,
+            Rule::Exclusive,
+        )?;
+        Ok(RwLock {
+            session: session.clone(),
+            spec: Arc::new(spec),
+        })
+    }
+
+    /// The node naming convention (default [`Layout::Curator`]): Curator's
+    /// `_c_<uuid>-__READ__<seq>` / `-__WRIT__<seq>`, or kazoo's `<hex>__rlock__<seq>` /
+    /// `<hex>__lock__<seq>`. Use the one of the Curator or kazoo peers sharing the path.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(session: zk_recipes::Session) -> zk_recipes::Result<()> {
+    /// use zk_recipes::{Layout, RwLock};
+    ///
+    /// let lock = RwLock::new(&session, "/shared/with/python")?.with_layout(Layout::Kazoo);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        Arc::make_mut(&mut self.spec).layout = layout;
+        self
+    }
+
+    /// The lock path.
+    pub fn path(&self) -> &str {
+        &self.spec.dir
+    }
+
+    /// Waits until we may read: no writer holds or waits ahead of us.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Closed`] if the session is closed.
+    /// * [`Error::SessionExpired`] if the session expired while waiting and
+    ///   `requeue_on_expiry(false)` was set.
+    /// * [`Error::NoAuth`] if the ACL of the path does not let this session create children.
+    /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future deletes our contender node in the background, so no
+    /// orphan blocks the queue.
+    pub async fn read(&self) -> Result<ReadGuard> {
+        self.acquire_read(Wait::Until(None)).await
+    }
+
+    /// Waits until we may write: no one holds or waits ahead of us.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `read`.
+    pub async fn write(&self) -> Result<WriteGuard> {
+        self.acquire_write(Wait::Until(None)).await
+    }
+
+    /// Like [`read`](Self::read), giving up after `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the time is up (our node is deleted before it returns), else as
+    /// `read`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `read`.
+    pub async fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard> {
+        self.acquire_read(Wait::Until(Some(Instant::now() + timeout)))
+            .await
+    }
+
+    /// Like [`write`](Self::write), giving up after `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the time is up (our node is deleted before it returns), else as
+    /// `write`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `write`.
+    pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard> {
+        self.acquire_write(Wait::Until(Some(Instant::now() + timeout)))
+            .await
+    }
+
+    /// Takes a read lock only if no writer holds or waits now. One round trip when granted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] if a writer is ahead (our node is deleted before it returns), else
+    /// as [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `read`.
+    pub async fn try_read(&self) -> Result<ReadGuard> {
+        self.acquire_read(Wait::Try).await
+    }
+
+    /// Takes the write lock only if no one holds or waits now. One round trip when granted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] if anyone is ahead (our node is deleted before it returns), else
+    /// as [`write`](Self::write).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `write`.
+    pub async fn try_write(&self) -> Result<WriteGuard> {
+        self.acquire_write(Wait::Try).await
+    }
+
+    /// The contenders in queue order, readers and writers (and any Curator or kazoo exclusive
+    /// lock on the path); [`Contender::node`] tells which is which.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`], or a ZooKeeper error reading the directory.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn contenders(&self) -> Result<Vec<Contender>> {
+        queue::contenders(&self.session, &self.spec.dir, LOCK_MEMBERS).await
+    }
+
+    fn read_spec(&self) -> QueueSpec {
+        let mut spec = (*self.spec).clone();
+        spec.kind = NodeKind::Read;
+        spec.rule = Rule::Read;
+        spec
+    }
+
+    async fn acquire_read(&self, wait: Wait) -> Result<ReadGuard> {
+        let granted = queue::acquire(&self.session, &self.read_spec(), wait).await?;
+        Ok(ReadGuard {
+            guard: LockGuard::new(Holding::new(&self.session, granted)),
+            exclusive: false,
+        })
+    }
+
+    async fn acquire_write(&self, wait: Wait) -> Result<WriteGuard> {
+        let granted = queue::acquire(&self.session, &self.spec, wait).await?;
+        Ok(WriteGuard {
+            guard: LockGuard::new(Holding::new(&self.session, granted)),
+            lock: self.clone(),
+        })
+    }
+}
+
+/// Proof that this process holds a read lock of an [`RwLock`], shared with other readers.
+///
+/// Dropping it releases the lock in the background; [`release`](Self::release) does it now and
+/// reports errors. [`lost`](Self::lost) resolves if the lock is lost while held (session expired,
+/// the loss policy gave up, node deleted by someone else). Not `Clone`.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f(lock: zk_recipes::RwLock) -> zk_recipes::Result<()> {
+/// let guard = lock.read().await?;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("read lock lost: what we read may be stale"),
+///     _ = async { /* read the shared resource */ } => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct ReadGuard {
+    guard: LockGuard,
+    exclusive: bool,
+}
+
+/// Proof that this process holds the write lock of an [`RwLock`], alone.
+///
+/// Dropping it releases the lock in the background; [`release`](Self::release) does it now and
+/// reports errors; [`downgrade`](Self::downgrade) turns it into a read lock. Not `Clone`.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f(lock: zk_recipes::RwLock) -> zk_recipes::Result<()> {
+/// let guard = lock.write().await?;
+/// // write, tagging the writes with guard.fencing_token() so a store can refuse stale writers
+/// let read = guard.downgrade().await?; // keep reading what we wrote; no writer gets in between
+/// read.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct WriteGuard {
+    guard: LockGuard,
+    lock: RwLock,
+}
+
+/// The accessors both guards share, delegated to the inner [`LockGuard`].
+macro_rules! guard_accessors {
+    ($ty:ty) => {
+        impl $ty {
+            /// The full path of our node, e.g. `/app/lock/_c_…-__READ__0000000007`.
+            pub fn path(&self) -> &str {
+                self.guard.path()
+            }
+
+            /// The fencing token: the creation zxid of our node. Every later writer gets a
+            /// larger one, so a store that remembers the largest token it has seen can refuse
+            /// the late writes of a holder that lost the lock without knowing.
+            pub fn fencing_token(&self) -> i64 {
+                self.guard.fencing_token()
+            }
+
+            /// The ZooKeeper session id that owns our node.
+            pub fn session_id(&self) -> i64 {
+                self.guard.session_id()
+            }
+
+            /// Resolves when the lock is lost (session expired, the loss policy gave up, or
+            /// our node deleted by someone else); at once if that already happened. Cancel
+            /// safe; may be called many times.
+            pub fn lost(&self) -> WaitForCancellationFutureOwned {
+                self.guard.lost()
+            }
+
+            /// A token cancelled when the lock is lost, to hand to other tasks.
+            pub fn lost_token(&self) -> CancellationToken {
+                self.guard.lost_token()
+            }
+
+            /// Whether the lock has been lost.
+            pub fn is_lost(&self) -> bool {
+                self.guard.is_lost()
+            }
+
+            /// Why the lock was lost, once it is.
+            pub fn loss_reason(&self) -> Option<LossReason> {
+                self.guard.loss_reason()
+            }
+
+            /// Releases the lock now, in one transaction that marks our node released and
+            /// deletes it, so waiters behind it take over after a single notification.
+            ///
+            /// # Errors
+            ///
+            /// * [`Error::LockLost`] if the lock was already lost (nothing to release).
+            /// * [`Error::ZooKeeper`] or [`Error::ConnectionLost`] if the delete failed; the
+            ///   node then goes with the session.
+            ///
+            /// # Cancel safety
+            ///
+            /// Once called, the release request is sent even if the future is dropped.
+            pub async fn release(self) -> Result<()> {
+                self.guard.release().await
+            }
+        }
+    };
+}
+
+guard_accessors!(ReadGuard);
+guard_accessors!(WriteGuard);
+
+impl ReadGuard {
+    /// Whether this read lock is held through a write node: true only for a guard returned by
+    /// a [`WriteGuard::downgrade`] that found a writer already queued behind it (see there). It
+    /// then excludes readers too, until released.
+    pub fn is_exclusive(&self) -> bool {
+        self.exclusive
+    }
+
+    /// Always refused with [`Error::Unsupported`]; the read lock stays held.
+    ///
+    /// Upgrading cannot be offered without deadlock: two readers that both asked to upgrade
+    /// would each wait for the other to leave. Release the read lock and call
+    /// [`RwLock::write`] instead, then re-read what you based your decision on, since another
+    /// writer may have come first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`], always.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(lock: zk_recipes::RwLock) -> zk_recipes::Result<()> {
+    /// let read = lock.read().await?;
+    /// assert!(matches!(read.upgrade(), Err(zk_recipes::Error::Unsupported(_))));
+    /// read.release().await?; // the release-and-queue alternative:
+    /// let write = lock.write().await?;
+    /// # drop(write); Ok(()) }
+    /// ```
+    pub fn upgrade(&self) -> Result<WriteGuard> {
+        Err(Error::Unsupported(
+            "a read lock cannot be upgraded (two upgrading readers would wait for each other): release it and call write()",
+        ))
+    }
+}
+
+/// What placing a read node behind our write node found.
+enum Placement {
+    /// Our read node follows our write node with no writer in between.
+    Clean(Granted),
+    /// A writer queued between (or the outcome is unknown): keep the write node.
+    KeepWrite,
+    /// Our write node is gone.
+    WriteLost,
+}
+
+/// Deletes a read node whose placement did not complete (failed, cancelled).
+struct PendingRead {
+    session: Session,
+    epoch: Arc<Epoch>,
+    dir: String,
+    protection: String,
+    path: Option<String>,
+    armed: bool,
+}
+
+impl Drop for PendingRead {
+    fn drop(&mut self) {
+        if !self.armed || self.epoch.lost_token().is_cancelled() {
+            return;
+        }
+        let epoch = self.epoch.clone();
+        let dir = self.dir.clone();
+        let protection = std::mem::take(&mut self.protection);
+        let path = self.path.take();
+        self.session.spawn_tracked(async move {
+            let path = match path {
+                Some(p) => Some(p),
+                None => match epoch.get_children(&dir).await {
+                    Ok((children, _)) => children
+                        .iter()
+                        .filter_map(|c| NodeName::parse(c))
+                        .find(|n| n.protection.as_deref() == Some(protection.as_str()))
+                        .map(|n| join(&dir, &n.name)),
+                    Err(_) => None,
+                },
+            };
+            if let Some(path) = path {
+                match tokio::time::timeout(Duration::from_secs(30), epoch.delete(&path, None)).await
+                {
+                    Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
+                    _ => tracing::warn!(
+                        path,
+                        "could not delete an unused downgrade read node; it goes when the session ends"
+                    ),
+                }
+            }
+        });
+    }
+}
+
+impl WriteGuard {
+    /// Turns the write lock into a read lock without letting another writer in between.
+    ///
+    /// # Downgrade
+    ///
+    /// If no writer has queued behind us yet, a read node is placed right behind our write node
+    /// and the write node is released: readers queued behind us are granted at once and read
+    /// alongside us, and the next writer waits for us. If a writer had already queued behind
+    /// us, a read node could only go behind that writer, which would let it in first; the write
+    /// node is then kept, and the returned guard holds it: still a read lock for us (no writer
+    /// gets in), but exclusive, so readers queued behind us wait until we release
+    /// ([`ReadGuard::is_exclusive`] tells). Two round trips in the first case, one in the second.
+    ///
+    /// # Fairness
+    ///
+    /// The downgraded read lock keeps our place in the queue: writers that arrive later still
+    /// wait for it, and readers between us and the next writer are not held back (unless the
+    /// guard is exclusive, see above).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] if the write lock was lost before or during the downgrade. Nothing
+    ///   is held afterwards.
+    /// * [`Error::ZooKeeper`] or [`Error::ConnectionLost`] if releasing the write node failed
+    ///   after the read node was placed; both are then released (or go with the session), and
+    ///   nothing is held.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that the lock survives: dropping the future releases
+    /// everything it holds (the write node and any read node placed), in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(lock: zk_recipes::RwLock) -> zk_recipes::Result<()> {
+    /// let write = lock.write().await?;
+    /// // ... publish a new version of the resource ...
+    /// let read = write.downgrade().await?;
+    /// if read.is_exclusive() {
+    ///     println!("a writer was already queued: readers wait until we release");
+    /// }
+    /// // ... keep reading the version we published; no writer can change it meanwhile ...
+    /// read.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn downgrade(self) -> Result<ReadGuard> {
+        let WriteGuard { guard, lock } = self;
+        if guard.is_lost() {
+            let reason = guard.loss_reason().unwrap_or(LossReason::SessionExpired);
+            return Err(Error::LockLost(reason));
+        }
+        let Some(epoch) = guard.holding.epoch() else {
+            return Err(Error::LockLost(LossReason::SessionExpired));
+        };
+        match lock.place_read_behind(&epoch, guard.holding.name()).await {
+            Placement::Clean(granted) => {
+                // Hold the read node first, so that a cancellation from here on releases both.
+                let read = LockGuard::new(Holding::new(&lock.session, granted));
+                match guard.release().await {
+                    Ok(()) => Ok(ReadGuard {
+                        guard: read,
+                        exclusive: false,
+                    }),
+                    Err(err) => {
+                        drop(read);
+                        Err(err)
+                    }
+                }
+            }
+            Placement::KeepWrite => Ok(ReadGuard {
+                guard,
+                exclusive: true,
+            }),
+            Placement::WriteLost => Err(Error::LockLost(LossReason::NodeDeleted)),
+        }
+    }
+}
+
+impl RwLock {
+    /// Creates a read node and checks that no writer stands between `write` (ours, held) and
+    /// it. Only a [`Placement::Clean`] outcome leaves the read node in place.
+    async fn place_read_behind(&self, epoch: &Arc<Epoch>, write: &NodeName) -> Placement {
+        let spec = &self.spec;
+        let (prefix, protection) = new_prefix(spec.layout, NodeKind::Read);
+        let prefix_path = join(&spec.dir, &prefix);
+        let mut pending = PendingRead {
+            session: self.session.clone(),
+            epoch: epoch.clone(),
+            dir: spec.dir.clone(),
+            protection,
+            path: None,
+            armed: true,
+        };
+        let acls = zk::Acls::new(&spec.acls);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
+        // One round trip: the listing is answered after the create.
+        let create = epoch.create(&prefix_path, &spec.data, &options);
+        let list = epoch.get_children(&spec.dir);
+        let bound = self.session.session_timeout() * 2;
+        let answered = tokio::time::timeout(bound, async { (create.await, list.await) }).await;
+        let Ok((created, listed)) = answered else {
+            tracing::warn!(
+                dir = spec.dir,
+                "downgrade: no answer in time; keeping the write node"
+            );
+            return Placement::KeepWrite;
+        };
+        let (stat, seq) = match created {
+            Ok(ok) => ok,
+            Err(err) => {
+                // Unknown outcome: the pending node is looked for by its protection id and
+                // deleted. A definite error created nothing.
+                pending.armed = is_unknown(&err);
+                tracing::warn!(dir = spec.dir, %err, "downgrade: cannot create the read node; keeping the write node");
+                return Placement::KeepWrite;
+            }
+        };
+        let name = format!("{prefix}{seq}");
+        let path = join(&spec.dir, &name);
+        pending.path = Some(path.clone());
+        let Some(read) = NodeName::parse(&name) else {
+            return Placement::KeepWrite;
+        };
+        if stat.ephemeral_owner != epoch.session_id {
+            return Placement::KeepWrite;
+        }
+        let children = match listed {
+            Ok((children, _)) => children,
+            Err(_) => return Placement::KeepWrite,
+        };
+        let nodes: Vec<NodeName> = children.iter().filter_map(|c| NodeName::parse(c)).collect();
+        if !nodes.iter().any(|n| n.sequence == write.sequence) {
+            return Placement::WriteLost;
+        }
+        let writer_between = nodes.iter().any(|n| {
+            LOCK_MEMBERS.contains(&n.kind)
+                && n.kind != NodeKind::Read
+                && n.sequence > write.sequence
+                && n.sequence < read.sequence
+        });
+        if writer_between {
+            return Placement::KeepWrite;
+        }
+        pending.armed = false;
+        Placement::Clean(Granted {
+            epoch: epoch.clone(),
+            path,
+            name: read,
+            czxid: stat.czxid,
+            own_watch: None,
+        })
+    }
+}
+
+/// Errors after which a request may or may not have been applied.
+fn is_unknown(err: &zk::Error) -> bool {
+    matches!(
+        err,
+        zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
+            | zk::Error::SessionExpired
+            | zk::Error::ClientClosed
+            | zk::Error::Timeout
+    )
+}
+
+const _: () = {
+    const fn assert_clone_send_sync<T: Send + Sync + Clone>() {}
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_clone_send_sync::<RwLock>();
+    assert_send_sync::<ReadGuard>();
+    assert_send_sync::<WriteGuard>();
+};

@@ -1,0 +1,806 @@
+//! The read/write lock against a real ZooKeeper (the shared test server, sessions through its
+//! fault proxy): sharing and exclusion checked on recorded histories, writer preference, the
+//! kazoo#649 interleaving, downgrade, upgrade refusal, session expiry.
+
+mod support;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::history::{check, Event, Kind};
+use tokio::task::JoinHandle;
+use zk_recipes::testing::{
+    expire_session, monotonic_nanos, shared_server, unique_root, FaultProxy,
+};
+use zk_recipes::{Error, Layout, NodeKind, NodeName, ReadGuard, RwLock, Session, WriteGuard};
+
+/// Upper bound of every single wait in these tests.
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn connect(connect_string: &str) -> Session {
+    bounded(
+        "connect",
+        Session::builder(connect_string)
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(),
+    )
+    .await
+    .expect("connect to the shared ZooKeeper")
+}
+
+async fn session() -> Session {
+    connect(&shared_server().connect_string_via_proxy()).await
+}
+
+async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(BOUND, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: expected to finish within {BOUND:?}, still pending"),
+    }
+}
+
+/// Awaits a spawned acquire, expecting it to finish now.
+async fn joined<T>(what: &str, handle: JoinHandle<zk_recipes::Result<T>>) -> T {
+    bounded(what, handle)
+        .await
+        .expect("task panicked")
+        .unwrap_or_else(|e| panic!("{what}: expected Ok, got {e}"))
+}
+
+/// True if the task is still running after `wait`.
+async fn still_pending<T>(handle: &mut JoinHandle<T>, wait: Duration) -> bool {
+    tokio::time::timeout(wait, handle).await.is_err()
+}
+
+/// The sequence number of the node a guard holds.
+fn seq(path: &str) -> i64 {
+    let name = path.rsplit('/').next().unwrap();
+    NodeName::parse(name)
+        .unwrap_or_else(|| panic!("{path} is not a contender node"))
+        .sequence
+}
+
+/// Waits until the lock has exactly `n` contenders.
+async fn wait_contenders(lock: &RwLock, n: usize) {
+    let mut seen = usize::MAX;
+    let poll = async {
+        loop {
+            seen = lock.contenders().await.expect("contenders").len();
+            if seen == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(BOUND, poll).await.is_err() {
+        panic!("expected {n} contenders on {}, saw {seen}", lock.path());
+    }
+}
+
+/// One hold of the lock, with the sequence number of its node.
+#[derive(Debug, Clone)]
+struct Hold {
+    event: Event,
+    seq: i64,
+}
+
+/// Queue order: for two holds at least one of which is exclusive, the one whose node has the
+/// lower sequence number must have been released before the other was acquired. This is what
+/// "readers behind a waiting writer wait for it" and "writers in arrival order" mean.
+fn check_queue_order(holds: &[Hold]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for a in holds {
+        for b in holds {
+            if a.seq < b.seq
+                && (a.event.kind.is_exclusive() || b.event.kind.is_exclusive())
+                && b.event.acquired_ns < a.event.released_ns
+            {
+                violations.push(format!(
+                    "{} (seq {}) was acquired at {} before {} (seq {}, ahead of it) released at {}",
+                    b.event.who,
+                    b.seq,
+                    b.event.acquired_ns,
+                    a.event.who,
+                    a.seq,
+                    a.event.released_ns
+                ));
+            }
+        }
+    }
+    violations
+}
+
+fn read_read_overlaps(holds: &[Hold]) -> usize {
+    let reads: Vec<&Event> = holds
+        .iter()
+        .map(|h| &h.event)
+        .filter(|e| e.kind == Kind::Read)
+        .collect();
+    let mut n = 0;
+    for (i, a) in reads.iter().enumerate() {
+        for b in &reads[i + 1..] {
+            if a.who != b.who && a.overlaps(b) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Events for `check`: fencing tokens on writes only (readers may be granted in any order).
+fn events(holds: &[Hold]) -> Vec<Event> {
+    holds.iter().map(|h| h.event.clone()).collect()
+}
+
+async fn read_hold(lock: &RwLock, who: &str, hold: Duration) -> Hold {
+    let queued = monotonic_nanos();
+    let g = bounded(who, lock.read()).await.expect("read");
+    let acquired = monotonic_nanos();
+    tokio::time::sleep(hold).await;
+    let released = monotonic_nanos();
+    let seq = seq(g.path());
+    g.release().await.expect("release read");
+    Hold {
+        event: Event::new(who, Kind::Read, acquired, released).with_queued(queued),
+        seq,
+    }
+}
+
+async fn write_hold(lock: &RwLock, who: &str, hold: Duration) -> Hold {
+    let queued = monotonic_nanos();
+    let g = bounded(who, lock.write()).await.expect("write");
+    let acquired = monotonic_nanos();
+    tokio::time::sleep(hold).await;
+    let released = monotonic_nanos();
+    let (seq, token) = (seq(g.path()), g.fencing_token());
+    g.release().await.expect("release write");
+    Hold {
+        event: Event::new(who, Kind::Write, acquired, released)
+            .with_queued(queued)
+            .with_token(token),
+        seq,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_writers_exclude_in_queue_order() {
+    // Given three readers and two writers, each on its own session, looping on one lock
+    let root = unique_root("rw-history");
+    let mut tasks = Vec::new();
+    for r in 0..3 {
+        let s = session().await;
+        let lock = RwLock::new(&s, &root).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut holds = Vec::new();
+            for i in 0..10u64 {
+                let hold = Duration::from_millis(25 + 5 * ((r + i) % 3));
+                holds.push(read_hold(&lock, &format!("reader{r}"), hold).await);
+                tokio::time::sleep(Duration::from_millis(i % 4)).await;
+            }
+            s.close().await;
+            holds
+        }));
+    }
+    for w in 0..2 {
+        let s = session().await;
+        let lock = RwLock::new(&s, &root).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut holds = Vec::new();
+            for _ in 0..6 {
+                holds.push(
+                    write_hold(&lock, &format!("writer{w}"), Duration::from_millis(10)).await,
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            s.close().await;
+            holds
+        }));
+    }
+    // When they are done
+    let mut holds = Vec::new();
+    for t in tasks {
+        holds.extend(bounded("worker", t).await.expect("worker panicked"));
+    }
+    // Then: all holds happened, writers overlapped nothing, readers overlapped each other,
+    // and every grant respected the queue order
+    assert_eq!(holds.len(), 3 * 10 + 2 * 6, "expected 42 holds");
+    check(&events(&holds)).assert_clean("RwLock readers x3 + writers x2");
+    let shared = read_read_overlaps(&holds);
+    assert!(
+        shared >= 1,
+        "expected readers to overlap at least once, saw {shared} overlaps"
+    );
+    let order = check_queue_order(&holds);
+    assert!(
+        order.is_empty(),
+        "queue order violated:\n{}",
+        order.join("\n")
+    );
+    println!("read-read overlaps: {shared}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_is_not_starved_by_a_stream_of_readers() {
+    // Given three readers on their own sessions taking turns so that one always holds
+    let root = unique_root("rw-starve");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for r in 0..3u64 {
+        let s = session().await;
+        let lock = RwLock::new(&s, &root).unwrap();
+        let stop = stop.clone();
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50 * r)).await;
+            let mut holds = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                holds.push(
+                    read_hold(&lock, &format!("reader{r}"), Duration::from_millis(150)).await,
+                );
+            }
+            s.close().await;
+            holds
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // When a writer queues behind them
+    let ws = session().await;
+    let writer = RwLock::new(&ws, &root).unwrap();
+    let w = write_hold(&writer, "writer", Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut holds = vec![w.clone()];
+    for t in readers {
+        holds.extend(bounded("reader", t).await.expect("reader panicked"));
+    }
+
+    // Then the writer really waited behind a reader that held when it queued ...
+    let queued = w.event.queued_ns.unwrap();
+    assert!(
+        holds.iter().any(|h| h.event.kind == Kind::Read
+            && h.event.acquired_ns < queued
+            && h.event.released_ns > queued),
+        "expected a reader to hold when the writer queued; holds: {holds:#?}"
+    );
+    // ... readers that queued behind the writer were granted only after it released ...
+    let behind: Vec<&Hold> = holds
+        .iter()
+        .filter(|h| h.event.kind == Kind::Read && h.seq > w.seq)
+        .collect();
+    assert!(
+        !behind.is_empty(),
+        "expected readers to queue behind the writer, saw none"
+    );
+    for h in &behind {
+        assert!(
+            h.event.acquired_ns >= w.event.released_ns,
+            "expected {} (seq {}) to be granted after the writer (seq {}) released at {}, it was granted at {}",
+            h.event.who,
+            h.seq,
+            w.seq,
+            w.event.released_ns,
+            h.event.acquired_ns
+        );
+    }
+    // ... and the whole history is consistent.
+    check(&events(&holds)).assert_clean("reader stream + writer");
+    let order = check_queue_order(&holds);
+    assert!(
+        order.is_empty(),
+        "queue order violated:\n{}",
+        order.join("\n")
+    );
+    ws.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kazoo_649_interleaving_does_not_deadlock() {
+    // Given R1 holding, then W1, R2 and W2 queued in that order (each on its own session):
+    // kazoo before 2.9 let R2 watch W2 while W2 watched R2 once W1 was gone.
+    let root = unique_root("rw-649");
+    let (s1, s2, s3, s4) = (
+        session().await,
+        session().await,
+        session().await,
+        session().await,
+    );
+    let (r1l, w1l, r2l, w2l) = (
+        RwLock::new(&s1, &root).unwrap(),
+        RwLock::new(&s2, &root).unwrap(),
+        RwLock::new(&s3, &root).unwrap(),
+        RwLock::new(&s4, &root).unwrap(),
+    );
+    let r1 = bounded("R1", r1l.read()).await.unwrap();
+    let mut w1 = tokio::spawn(async move { w1l.write().await });
+    wait_contenders(&r1l, 2).await;
+    let mut r2 = tokio::spawn(async move { r2l.read().await });
+    wait_contenders(&r1l, 3).await;
+    let mut w2 = tokio::spawn(async move { w2l.write().await });
+    wait_contenders(&r1l, 4).await;
+    let kinds: Vec<NodeKind> = r1l
+        .contenders()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.node.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            NodeKind::Read,
+            NodeKind::Write,
+            NodeKind::Read,
+            NodeKind::Write
+        ],
+        "expected the queue R1 W1 R2 W2"
+    );
+    let short = Duration::from_millis(300);
+    assert!(still_pending(&mut w1, short).await, "W1 must wait for R1");
+    assert!(
+        still_pending(&mut r2, short).await,
+        "R2 queued behind waiting W1 must wait"
+    );
+    assert!(still_pending(&mut w2, short).await, "W2 must wait");
+
+    // When R1 releases, W1 gets the lock and the others still wait
+    r1.release().await.unwrap();
+    let w1 = joined("W1 after R1 released", w1).await;
+    assert!(still_pending(&mut r2, short).await, "R2 must wait for W1");
+    assert!(
+        still_pending(&mut w2, short).await,
+        "W2 must wait for W1 and R2"
+    );
+
+    // When W1 releases (the step that deadlocked kazoo), R2 gets it and W2 still waits
+    w1.release().await.unwrap();
+    let r2 = joined("R2 after W1 released", r2).await;
+    assert!(still_pending(&mut w2, short).await, "W2 must wait for R2");
+
+    // Then when R2 releases, W2 finishes too
+    r2.release().await.unwrap();
+    let w2 = joined("W2 after R2 released", w2).await;
+    w2.release().await.unwrap();
+    wait_contenders(&r1l, 0).await;
+    for s in [s1, s2, s3, s4] {
+        s.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_and_timeout_variants() {
+    let root = unique_root("rw-try");
+    let (s1, s2) = (session().await, session().await);
+    let (a, b) = (
+        RwLock::new(&s1, &root).unwrap(),
+        RwLock::new(&s2, &root).unwrap(),
+    );
+
+    // A read lock admits another reader but no writer
+    let r = bounded("try_read", a.try_read())
+        .await
+        .expect("try_read on a free lock");
+    assert!(
+        r.path().contains("-__READ__"),
+        "expected a Curator read node, got {}",
+        r.path()
+    );
+    let r2 = bounded("try_read", b.try_read())
+        .await
+        .expect("a second reader must share");
+    assert_eq!(
+        bounded("try_write", b.try_write()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    assert_eq!(
+        bounded("write_timeout", b.write_timeout(Duration::from_millis(300)))
+            .await
+            .unwrap_err(),
+        Error::Timeout
+    );
+    wait_contenders(&a, 2).await; // the timed-out writer's node is gone
+    r2.release().await.unwrap();
+    r.release().await.unwrap();
+
+    // A write lock admits no one
+    let w = bounded("try_write", a.try_write())
+        .await
+        .expect("try_write on a free lock");
+    assert!(
+        w.path().contains("-__WRIT__"),
+        "expected a Curator write node, got {}",
+        w.path()
+    );
+    assert_eq!(
+        bounded("try_read", b.try_read()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    assert_eq!(
+        bounded("read_timeout", b.read_timeout(Duration::from_millis(300)))
+            .await
+            .unwrap_err(),
+        Error::Timeout
+    );
+    assert_eq!(
+        bounded("try_write", b.try_write()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    wait_contenders(&a, 1).await;
+    let token = w.fencing_token();
+    w.release().await.unwrap();
+
+    // A later writer gets a larger fencing token
+    let w = bounded("write", b.write()).await.unwrap();
+    assert!(
+        w.fencing_token() > token,
+        "expected a token above {token}, got {}",
+        w.fencing_token()
+    );
+    drop(w); // released in the background
+    let r = bounded("read after drop", a.read()).await.unwrap();
+    r.release().await.unwrap();
+    s1.close().await;
+    s2.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_layout_nodes_queue_with_curator_layout_nodes() {
+    let root = unique_root("rw-kazoo-layout");
+    let (s1, s2) = (session().await, session().await);
+    let k = RwLock::new(&s1, &root).unwrap().with_layout(Layout::Kazoo);
+    let c = RwLock::new(&s2, &root).unwrap();
+
+    let kr = bounded("kazoo read", k.read()).await.unwrap();
+    let name = kr.path().rsplit('/').next().unwrap();
+    assert!(
+        name.len() == 32 + "__rlock__".len() + 10 && name[32..].starts_with("__rlock__"),
+        "expected <32 hex>__rlock__<seq>, got {name}"
+    );
+    let cr = bounded("curator read", c.try_read())
+        .await
+        .expect("readers of both layouts share");
+    assert_eq!(
+        bounded("try_write", c.try_write()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    kr.release().await.unwrap();
+    cr.release().await.unwrap();
+
+    let kw = bounded("kazoo write", k.write()).await.unwrap();
+    let name = kw.path().rsplit('/').next().unwrap();
+    assert!(
+        name.len() == 32 + "__lock__".len() + 10 && name[32..].starts_with("__lock__"),
+        "expected <32 hex>__lock__<seq>, got {name}"
+    );
+    assert_eq!(
+        bounded("try_read", c.try_read()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    kw.release().await.unwrap();
+    s1.close().await;
+    s2.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrade_with_a_writer_waiting_keeps_the_writer_out() {
+    // Given a writer holding and another writer queued behind it
+    let root = unique_root("rw-down-busy");
+    let (s1, s2, s3) = (session().await, session().await, session().await);
+    let lock = RwLock::new(&s1, &root).unwrap();
+    let other = RwLock::new(&s2, &root).unwrap();
+    let reader = RwLock::new(&s3, &root).unwrap();
+    let w = bounded("write", lock.write()).await.unwrap();
+    let (w_path, w_token) = (w.path().to_string(), w.fencing_token());
+    let mut waiting = tokio::spawn(async move { other.write().await });
+    wait_contenders(&lock, 2).await;
+
+    // When the holder downgrades
+    let r = bounded("downgrade", w.downgrade())
+        .await
+        .expect("downgrade");
+
+    // Then it keeps its write node (exclusive), the queued writer stays out while it reads ...
+    assert!(
+        r.is_exclusive(),
+        "expected the downgrade to keep the write node with a writer queued"
+    );
+    assert_eq!(
+        r.path(),
+        w_path,
+        "expected the read guard to hold the write node"
+    );
+    assert_eq!(r.fencing_token(), w_token);
+    assert!(
+        still_pending(&mut waiting, Duration::from_millis(700)).await,
+        "the queued writer got in while the downgraded read lock was held"
+    );
+    assert_eq!(
+        bounded("try_read", reader.try_read()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    wait_contenders(&lock, 2).await;
+    assert!(!r.is_lost());
+
+    // ... and gets in once the read lock is released
+    r.release().await.unwrap();
+    let w2 = joined("queued writer after release", waiting).await;
+    assert!(w2.fencing_token() > w_token);
+    w2.release().await.unwrap();
+    for s in [s1, s2, s3] {
+        s.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrade_with_no_one_waiting_lets_readers_in() {
+    // Given a writer holding alone
+    let root = unique_root("rw-down-free");
+    let (s1, s2, s3) = (session().await, session().await, session().await);
+    let lock = RwLock::new(&s1, &root).unwrap();
+    let other = RwLock::new(&s2, &root).unwrap();
+    let writer = RwLock::new(&s3, &root).unwrap();
+    let w = bounded("write", lock.write()).await.unwrap();
+    let (w_seq, w_token) = (seq(w.path()), w.fencing_token());
+
+    // When it downgrades
+    let r = bounded("downgrade", w.downgrade())
+        .await
+        .expect("downgrade");
+
+    // Then it holds a read node right behind its old write node, which is gone ...
+    assert!(
+        !r.is_exclusive(),
+        "expected a real read node when no one waits"
+    );
+    assert!(
+        r.path().contains("-__READ__"),
+        "expected a read node, got {}",
+        r.path()
+    );
+    assert_eq!(
+        seq(r.path()),
+        w_seq + 1,
+        "expected the read node right behind the write node"
+    );
+    assert!(r.fencing_token() > w_token);
+    let nodes = lock.contenders().await.unwrap();
+    assert_eq!(
+        nodes.len(),
+        1,
+        "expected only our read node, saw {nodes:#?}"
+    );
+    assert_eq!(nodes[0].node.kind, NodeKind::Read);
+    assert!(!r.is_lost());
+
+    // ... another reader reads alongside, and a writer waits for both
+    let r2 = bounded("try_read", other.try_read())
+        .await
+        .expect("a reader must share with a downgraded lock");
+    assert_eq!(
+        bounded("try_write", writer.try_write()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    let mut waiting = tokio::spawn(async move { writer.write().await });
+    wait_contenders(&lock, 3).await;
+    r.release().await.unwrap();
+    assert!(
+        still_pending(&mut waiting, Duration::from_millis(300)).await,
+        "the writer must wait for the other reader"
+    );
+    r2.release().await.unwrap();
+    let w2 = joined("writer after both readers", waiting).await;
+    w2.release().await.unwrap();
+    for s in [s1, s2, s3] {
+        s.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrade_lets_queued_readers_in() {
+    // Given a writer holding and two readers queued behind it
+    let root = unique_root("rw-down-readers");
+    let (s1, s2, s3) = (session().await, session().await, session().await);
+    let lock = RwLock::new(&s1, &root).unwrap();
+    let w = bounded("write", lock.write()).await.unwrap();
+    let (l2, l3) = (
+        RwLock::new(&s2, &root).unwrap(),
+        RwLock::new(&s3, &root).unwrap(),
+    );
+    let mut ra = tokio::spawn(async move { l2.read().await });
+    let mut rb = tokio::spawn(async move { l3.read().await });
+    wait_contenders(&lock, 3).await;
+    assert!(still_pending(&mut ra, Duration::from_millis(200)).await);
+    assert!(still_pending(&mut rb, Duration::from_millis(10)).await);
+
+    // When the writer downgrades
+    let r = bounded("downgrade", w.downgrade())
+        .await
+        .expect("downgrade");
+
+    // Then the queued readers are granted while the downgraded lock is held
+    assert!(
+        !r.is_exclusive(),
+        "readers behind us do not force the downgrade to keep the write node"
+    );
+    let ra = joined("queued reader A", ra).await;
+    let rb = joined("queued reader B", rb).await;
+    assert!(!r.is_lost());
+    let kinds: Vec<NodeKind> = lock
+        .contenders()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.node.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [NodeKind::Read; 3],
+        "expected three readers and no writer"
+    );
+    for g in [r, ra, rb] {
+        g.release().await.unwrap();
+    }
+    for s in [s1, s2, s3] {
+        s.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrade_racing_an_arriving_writer_never_lets_it_in() {
+    let root = unique_root("rw-down-race");
+    let (s1, s2) = (session().await, session().await);
+    let lock = RwLock::new(&s1, &root).unwrap();
+    let (mut clean, mut kept) = (0, 0);
+    let mut all = Vec::new();
+    for i in 0..12u64 {
+        // Given a writer holding, and a second writer arriving at about the time it downgrades
+        let w = bounded("write", lock.write()).await.unwrap();
+        let w_acq = monotonic_nanos();
+        let other = RwLock::new(&s2, &root).unwrap();
+        let jitter = |k: u64| Duration::from_millis((monotonic_nanos() / 1000 + k * 7) % 12);
+        let d2 = jitter(i);
+        let arriving = tokio::spawn(async move {
+            tokio::time::sleep(d2).await;
+            write_hold(&other, "arriving writer", Duration::from_millis(2)).await
+        });
+        tokio::time::sleep(jitter(i + 3)).await;
+
+        // When it downgrades and reads for a while
+        let w_rel = monotonic_nanos();
+        let r = bounded("downgrade", w.downgrade())
+            .await
+            .expect("downgrade");
+        let r_acq = monotonic_nanos();
+        if r.is_exclusive() {
+            kept += 1;
+        } else {
+            clean += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let r_rel = monotonic_nanos();
+        r.release().await.unwrap();
+        let other = bounded("arriving writer", arriving)
+            .await
+            .expect("writer task panicked");
+
+        // Then the arriving writer got in only after the downgraded lock was released
+        assert!(
+            other.event.acquired_ns >= r_rel,
+            "round {i}: the arriving writer acquired at {} while the downgraded read lock was held until {r_rel}",
+            other.event.acquired_ns
+        );
+        all.push(Event::new("downgrader", Kind::Write, w_acq, w_rel));
+        all.push(Event::new("downgrader", Kind::Read, r_acq, r_rel));
+        all.push(other.event);
+    }
+    check(&all).assert_clean("downgrade racing a writer");
+    println!("downgrades: {clean} placed a read node, {kept} kept the write node");
+    s1.close().await;
+    s2.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_is_refused_and_the_read_lock_stays() {
+    let root = unique_root("rw-upgrade");
+    let (s1, s2) = (session().await, session().await);
+    let lock = RwLock::new(&s1, &root).unwrap();
+    let other = RwLock::new(&s2, &root).unwrap();
+    let r: ReadGuard = bounded("read", lock.read()).await.unwrap();
+    let refused: zk_recipes::Result<WriteGuard> = r.upgrade();
+    assert!(
+        matches!(refused, Err(Error::Unsupported(_))),
+        "expected Err(Unsupported), got {refused:?}"
+    );
+    // The read lock is still held: a writer cannot get in.
+    assert!(!r.is_lost());
+    assert_eq!(
+        bounded("try_write", other.try_write()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    r.release().await.unwrap();
+    let w = bounded("try_write", other.try_write())
+        .await
+        .expect("free after release");
+    w.release().await.unwrap();
+    s1.close().await;
+    s2.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_of_a_reader_and_of_a_writer() {
+    // A proxy of our own, so that forcing the expiry does not disturb the other tests sharing
+    // the server's proxy.
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start a proxy");
+    let doomed = connect(&proxy.addr().to_string()).await;
+    let healthy = session().await;
+    let root = unique_root("rw-expiry");
+    let mine = RwLock::new(&doomed, &root).unwrap();
+    let theirs = RwLock::new(&healthy, &root).unwrap();
+    let expire = |s: &Session| {
+        let info = s.zk_session_info().expect("a live session");
+        let direct = server.connect_string();
+        let proxy = &proxy;
+        async move {
+            expire_session(&[proxy], &direct, info)
+                .await
+                .expect("expire")
+        }
+    };
+
+    // Given our reader holding and their writer waiting
+    let r = bounded("read", mine.read()).await.unwrap();
+    let old_session = r.session_id();
+    let waiting = {
+        let theirs = theirs.clone();
+        tokio::spawn(async move { theirs.write().await })
+    };
+    wait_contenders(&theirs, 2).await;
+    // When our session expires
+    bounded("expire reader", expire(&doomed)).await;
+    // Then the reader learns it, and the writer gets in
+    bounded("reader lost()", r.lost()).await;
+    assert!(r.is_lost());
+    let w = joined("writer after the reader expired", waiting).await;
+    // And our handle works again, in a new session, once the writer is done
+    assert_eq!(
+        bounded("try_read", mine.try_read()).await.unwrap_err(),
+        Error::WouldBlock
+    );
+    w.release().await.unwrap();
+    let r2 = bounded("read in the new session", mine.read())
+        .await
+        .unwrap();
+    assert_ne!(r2.session_id(), old_session, "expected a new session");
+    let late = r.release().await;
+    assert!(
+        matches!(late, Err(Error::LockLost(_))),
+        "expected LockLost releasing an expired guard, got {late:?}"
+    );
+    r2.release().await.unwrap();
+
+    // Given our writer holding and their reader waiting
+    let w = bounded("write", mine.write()).await.unwrap();
+    let old_session = w.session_id();
+    let waiting = {
+        let theirs = theirs.clone();
+        tokio::spawn(async move { theirs.read().await })
+    };
+    wait_contenders(&theirs, 2).await;
+    // When our session expires
+    bounded("expire writer", expire(&doomed)).await;
+    // Then the writer learns it, and the reader gets in
+    bounded("writer lost()", w.lost()).await;
+    let r = joined("reader after the writer expired", waiting).await;
+    // And our handle can write again, in a new session, once the reader is done
+    drop(w);
+    r.release().await.unwrap();
+    let w2 = bounded("write in the new session", mine.write())
+        .await
+        .unwrap();
+    assert_ne!(w2.session_id(), old_session, "expected a new session");
+    w2.release().await.unwrap();
+    doomed.close().await;
+    healthy.close().await;
+}
