@@ -21,7 +21,11 @@ async fn main() -> Result<()> {
                 .with_loss_policy(LossPolicy::Grace)
                 .connect()
                 .await?;
-            println!("{:>6.2}s  {name}: session {:#x} (epoch 1)", 0.0, s.session_id().unwrap_or(0));
+            println!(
+                "{:>6.2}s  {name}: session {:#x} (epoch 1)",
+                0.0,
+                s.session_id().unwrap_or(0)
+            );
             Ok::<_, zk_recipes::Error>(s)
         }
     };
@@ -40,12 +44,19 @@ async fn main() -> Result<()> {
     let mut holds_tx = Some(holds_tx);
     let mut tasks = Vec::new();
     for (name, s, lock) in workers {
-        let mut tell_when_holding = if name == "bravo" { holds_tx.take() } else { None };
+        let mut tell_when_holding = if name == "bravo" {
+            holds_tx.take()
+        } else {
+            None
+        };
         tasks.push(tokio::spawn(async move {
             for _ in 0..2 {
                 let guard = lock.lock().await?;
                 let t = start.elapsed().as_secs_f64();
-                println!("{t:>6.2}s  {name}: holds the lock, fencing token {}", guard.fencing_token());
+                println!(
+                    "{t:>6.2}s  {name}: holds the lock, fencing token {}",
+                    guard.fencing_token()
+                );
                 if let Some(tx) = tell_when_holding.take() {
                     let _ = tx.send(());
                 }
@@ -76,7 +87,10 @@ async fn main() -> Result<()> {
     }
     // Expire bravo's session while it holds the lock.
     if holds_rx.await.is_ok() {
-        println!("{:>6.2}s  -- expiring bravo's session while it holds the lock --", start.elapsed().as_secs_f64());
+        println!(
+            "{:>6.2}s  -- expiring bravo's session while it holds the lock --",
+            start.elapsed().as_secs_f64()
+        );
         zk.expire(&victim).await?;
     }
     for t in tasks {
@@ -93,14 +107,25 @@ async fn main() -> Result<()> {
         tasks.push(tokio::spawn(async move {
             let g = lock.lock().await?;
             let seq = g.path().rsplit('-').next().unwrap_or_default().to_string();
-            println!("{:>6.2}s  job-{i}: granted (node sequence {seq}, token {})", start.elapsed().as_secs_f64(), g.fencing_token());
+            println!(
+                "{:>6.2}s  job-{i}: granted (node sequence {seq}, token {})",
+                start.elapsed().as_secs_f64(),
+                g.fencing_token()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
             g.release().await
         }));
         tokio::time::sleep(Duration::from_millis(30)).await; // arrive in order
     }
-    for c in FairLock::new(&s, format!("{root}/fair"))?.contenders().await? {
-        println!("          queued: {} data={:?}", c.node.name, String::from_utf8_lossy(&c.data));
+    for c in FairLock::new(&s, format!("{root}/fair"))?
+        .contenders()
+        .await?
+    {
+        println!(
+            "          queued: {} data={:?}",
+            c.node.name,
+            String::from_utf8_lossy(&c.data)
+        );
     }
     first.release().await?;
     for t in tasks {
@@ -110,4 +135,3 @@ async fn main() -> Result<()> {
     println!("\ndone in {:.1}s", start.elapsed().as_secs_f64());
     Ok(())
 }
-

@@ -19,7 +19,9 @@ async fn main() -> Result<()> {
     let zk = Arc::new(Playground::from_env()?);
     println!("worker queue on {}", zk.describe());
     let root = format!("/zk-recipes-workers-{}", std::process::id());
-    let jobs: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new((1..=12).rev().map(|i| format!("job-{i:02}")).collect()));
+    let jobs: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(
+        (1..=12).rev().map(|i| format!("job-{i:02}")).collect(),
+    ));
     let done = Arc::new(Mutex::new(Vec::<(String, String, i64)>::new()));
     let running = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
@@ -28,7 +30,10 @@ async fn main() -> Result<()> {
     let mut workers = Vec::new();
     for w in 0..6 {
         let name = format!("worker-{w}");
-        let session = Session::builder(zk.connect_string()).with_session_timeout(Duration::from_secs(3)).connect().await?;
+        let session = Session::builder(zk.connect_string())
+            .with_session_timeout(Duration::from_secs(3))
+            .connect()
+            .await?;
         let lock = FairLock::new(&session, format!("{root}/queue"))?.with_data(name.clone());
         let heavy = Semaphore::new(&session, format!("{root}/heavy"), 3)?.with_data(name.clone());
         let (jobs, done, running, zk) = (jobs.clone(), done.clone(), running.clone(), zk.clone());

@@ -194,10 +194,12 @@ impl ExclusiveLock {
                         own_watch: None,
                     };
                     let held_here = self.held_here.clone();
-                    let holding = Holding::new(&self.session, granted).with_shared_path().on_end(move || {
-                        let mut h = held_here.lock().unwrap();
-                        *h = h.saturating_sub(1);
-                    });
+                    let holding = Holding::new(&self.session, granted)
+                        .with_shared_path()
+                        .on_end(move || {
+                            let mut h = held_here.lock().unwrap();
+                            *h = h.saturating_sub(1);
+                        });
                     return Ok(LockGuard::new(holding));
                 }
                 Err(zk::Error::NodeExists) => undo.epoch = None,

@@ -747,7 +747,12 @@ impl Holding {
                     reason.lock().unwrap().get_or_insert(r);
                     lost.cancel();
                 };
-                let epoch_ended = || epoch_reason.lock().unwrap().unwrap_or(LossReason::SessionExpired);
+                let epoch_ended = || {
+                    epoch_reason
+                        .lock()
+                        .unwrap()
+                        .unwrap_or(LossReason::SessionExpired)
+                };
                 let mut own = own;
                 loop {
                     let checked = tokio::select! {
@@ -778,11 +783,15 @@ impl Holding {
                         _ => {
                             // Anything else (a stale NodeCreated of an earlier exists watch in
                             // this session, a data change): look again and re-arm.
-                            let Some(epoch) = epoch_weak.upgrade() else { return set(epoch_ended()) };
+                            let Some(epoch) = epoch_weak.upgrade() else {
+                                return set(epoch_ended());
+                            };
                             let path = path.clone();
                             own = Box::pin(async move {
                                 match epoch.check_and_watch_stat(&path).await {
-                                    Ok((Some(stat), w)) if stat.czxid == czxid => Ok(Some(Box::pin(w.changed()) as WatchFuture)),
+                                    Ok((Some(stat), w)) if stat.czxid == czxid => {
+                                        Ok(Some(Box::pin(w.changed()) as WatchFuture))
+                                    }
                                     Ok(_) => Err(()),
                                     Err(_) => Ok(None),
                                 }
@@ -886,7 +895,13 @@ impl Holding {
         let Some(epoch) = self.epoch() else {
             return Err(Error::LockLost(LossReason::SessionExpired));
         };
-        let result = release_node(&epoch, &self.path, self.mark_release, self.verify_czxid.then_some(self.czxid)).await;
+        let result = release_node(
+            &epoch,
+            &self.path,
+            self.mark_release,
+            self.verify_czxid.then_some(self.czxid),
+        )
+        .await;
         self.lost.cancel();
         match result {
             Ok(()) => Ok(()),
@@ -940,7 +955,12 @@ impl Drop for Holding {
 
 /// Deletes our node: marked (set + delete in one multi) or plain; with `verify`, only if the
 /// node at `path` still has that czxid (checked first: a path reused by later holders).
-async fn release_node(epoch: &Epoch, path: &str, mark: bool, verify: Option<i64>) -> std::result::Result<(), zk::Error> {
+async fn release_node(
+    epoch: &Epoch,
+    path: &str,
+    mark: bool,
+    verify: Option<i64>,
+) -> std::result::Result<(), zk::Error> {
     let mut version = None;
     if let Some(czxid) = verify {
         match epoch.check_stat(path).await? {

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::history::{check, check_fifo, check_semaphore, Event, Kind};
-use zk_recipes::testing::{monotonic_nanos, shared_server, unique_root, FaultProxy, ZooKeeperServer};
+use zk_recipes::testing::{
+    monotonic_nanos, shared_server, unique_root, FaultProxy, ZooKeeperServer,
+};
 use zk_recipes::{zk, Error, FairLock, LossReason, Semaphore, Session};
 
 const T: Duration = Duration::from_secs(60);

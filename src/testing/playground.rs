@@ -42,7 +42,10 @@ impl Playground {
     /// missing: the message names the install command), [`Error::InvalidArgument`] if
     /// `ZK_CONNECT` does not resolve.
     pub fn from_env() -> Result<Playground> {
-        match std::env::var("ZK_CONNECT").ok().filter(|s| !s.trim().is_empty()) {
+        match std::env::var("ZK_CONNECT")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+        {
             Some(hosts) => {
                 let first = hosts.split(',').next().unwrap_or_default();
                 let first = first.split('/').next().unwrap_or_default().to_string();
@@ -50,13 +53,25 @@ impl Playground {
                     .to_socket_addrs()
                     .ok()
                     .and_then(|mut a| a.next())
-                    .ok_or_else(|| Error::InvalidArgument(format!("ZK_CONNECT={hosts:?}: cannot resolve {first:?}")))?;
-                Ok(Playground { server: None, proxy: FaultProxy::start(addr)?, direct: first })
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "ZK_CONNECT={hosts:?}: cannot resolve {first:?}"
+                        ))
+                    })?;
+                Ok(Playground {
+                    server: None,
+                    proxy: FaultProxy::start(addr)?,
+                    direct: first,
+                })
             }
             None => {
                 let server = ZooKeeperServer::start()?;
                 let proxy = FaultProxy::start(server.addr())?;
-                Ok(Playground { direct: server.connect_string(), server: Some(server), proxy })
+                Ok(Playground {
+                    direct: server.connect_string(),
+                    server: Some(server),
+                    proxy,
+                })
             }
         }
     }
@@ -69,7 +84,11 @@ impl Playground {
     /// Where ZooKeeper is, for printing.
     pub fn describe(&self) -> String {
         match &self.server {
-            Some(s) => format!("private ZooKeeper at {} (pid {})", s.connect_string(), s.pid().unwrap_or(0)),
+            Some(s) => format!(
+                "private ZooKeeper at {} (pid {})",
+                s.connect_string(),
+                s.pid().unwrap_or(0)
+            ),
             None => format!("ZK_CONNECT server {}", self.direct),
         }
     }
@@ -80,7 +99,9 @@ impl Playground {
     ///
     /// [`Error::Harness`] if the session is not connected or could not be expired.
     pub async fn expire(&self, session: &Session) -> Result<()> {
-        let info = session.zk_session_info().ok_or_else(|| Error::Harness("the session is not connected".into()))?;
+        let info = session
+            .zk_session_info()
+            .ok_or_else(|| Error::Harness("the session is not connected".into()))?;
         expire_session(&[&self.proxy], &self.direct, info).await
     }
 }
