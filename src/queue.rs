@@ -342,7 +342,7 @@ async fn attempt(
     };
     let (me, czxid) = mine;
     let my_path = join(&spec.dir, &me.name);
-    if !children.iter().any(|c| *c == me.name) {
+    if !children.contains(&me.name) {
         // Cannot happen: the session answers in order, so the listing sent after our create
         // contains our node. Refuse to guess.
         return Err(Error::ZooKeeper {
@@ -509,7 +509,8 @@ async fn attempt(
                     continue;
                 }
                 pending.disarm();
-                let _ = epoch.delete(&my_path, None);
+                // Queued now, awaited by nobody: the request is sent either way.
+                drop(epoch.delete(&my_path, None));
                 return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
             }
             Woke::EpochLost => return Ok(requeue_or_retry(&epoch, pending)),
@@ -914,12 +915,6 @@ impl Holding {
         }
     }
 
-    /// Gives up the monitor and returns what is needed to release later (used by downgrade).
-    pub(crate) fn mark_released(&mut self) {
-        self.released = true;
-        self.stop_monitor.cancel();
-        self.lost.cancel();
-    }
 }
 
 impl Drop for Holding {

@@ -522,15 +522,6 @@ impl Epoch {
         self.track(self.client.get_and_watch_children(path))
     }
 
-    pub(crate) fn set_data(
-        &self,
-        path: &str,
-        data: &[u8],
-        version: Option<i32>,
-    ) -> impl Future<Output = ZkResult<zk::Stat>> + Send + 'static {
-        self.track(self.client.set_data(path, data, version))
-    }
-
     /// One transaction: `set_data(path, mark)` then `delete(path)`. A watcher of `path` gets a
     /// single NodeDataChanged: the release mark of the queue recipes.
     pub(crate) fn set_and_delete<'a>(
