@@ -15,7 +15,7 @@
 //!
 //! # Algorithm
 //!
-//! The contender queue of [`crate::queue`]: `create` and `get_children` in one round trip; the
+//! The contender queue of `crate::queue` (see `src/queue.rs`): `create` and `get_children` in one round trip; the
 //! lowest sequence holds; every waiter watches only its immediate predecessor (no herd); a
 //! release is one `multi` that marks and deletes our node, so the next waiter takes over on a
 //! single notification with no request of its own, whatever the queue length.

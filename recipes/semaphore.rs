@@ -9,7 +9,7 @@
 //!
 //! # Algorithm
 //!
-//! The contender queue of [`crate::queue`] with the rule "granted while fewer than `permits`
+//! The contender queue of `crate::queue` (see `src/queue.rs`) with the rule "granted while fewer than `permits`
 //! leases precede us". A waiter watches only the lease `permits` places ahead of it (no herd),
 //! and re-lists when woken: the one-notification shortcut of the fair lock does not hold here,
 //! since the lease that left need not have been the last one ahead. All contenders of one path

@@ -6,7 +6,7 @@
 //! session, numbered from 1. An epoch ends when ZooKeeper expires the session, when the server
 //! hands out a different session id on reconnect, or when the [`LossPolicy`] gives up on it.
 //! Ending an epoch cancels its token (every lock, lease and leadership taken in it reports
-//! [`lost`](crate::FairLockGuard::lost) at once), closes that client so its ephemeral nodes are
+//! [`lost`](crate::LockGuard::lost) at once), closes that client so its ephemeral nodes are
 //! not left behind on the server, and starts a new session with bounded exponential backoff.
 //! State changes are published on a [`tokio::sync::watch`] channel as [`SessionEvent`]s.
 //!
