@@ -126,6 +126,12 @@ impl FairLock {
     }
 
     /// The node naming convention (default [`Layout::Curator`]).
+    ///
+    /// We queue both layouts, and so do kazoo's locks (they also match `-lock-` when given
+    /// `extra_lock_patterns=["-lock-"]`), but Curator does not see kazoo-named nodes: it
+    /// sorts children by the text after `lock-`. So a path shared with Curator must use
+    /// `Layout::Curator` on every Rust and Python contender; `Layout::Kazoo` is for paths shared
+    /// with kazoo only.
     pub fn with_layout(mut self, layout: Layout) -> Self {
         Arc::make_mut(&mut self.spec).layout = layout;
         self
