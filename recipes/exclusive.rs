@@ -115,7 +115,8 @@ impl ExclusiveLock {
     ///
     /// Cancel safe, as `lock`.
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard> {
-        self.acquire(Some(Instant::now() + timeout), false).await
+        self.acquire(Instant::now().checked_add(timeout), false)
+            .await
     }
 
     /// The current holder (its node, owner session, data and age), or `None` if the lock is

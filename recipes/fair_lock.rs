@@ -167,7 +167,7 @@ impl FairLock {
     ///
     /// Cancel safe, as `lock`.
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard> {
-        self.acquire(Wait::Until(Some(Instant::now() + timeout)))
+        self.acquire(Wait::Until(Instant::now().checked_add(timeout)))
             .await
     }
 

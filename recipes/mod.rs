@@ -10,6 +10,7 @@
 //! Recipes never hold a `zookeeper_client::Client`: they talk to ZooKeeper through the
 //! session manager's current epoch.
 
+pub mod election;
 pub mod exclusive;
 pub mod fair_lock;
 pub mod rwlock;

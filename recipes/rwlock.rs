@@ -214,7 +214,7 @@ impl RwLock {
     ///
     /// Cancel safe, as `read`.
     pub async fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard> {
-        self.acquire_read(Wait::Until(Some(Instant::now() + timeout)))
+        self.acquire_read(Wait::Until(Instant::now().checked_add(timeout)))
             .await
     }
 
@@ -229,7 +229,7 @@ impl RwLock {
     ///
     /// Cancel safe, as `write`.
     pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard> {
-        self.acquire_write(Wait::Until(Some(Instant::now() + timeout)))
+        self.acquire_write(Wait::Until(Instant::now().checked_add(timeout)))
             .await
     }
 

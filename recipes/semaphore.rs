@@ -101,7 +101,8 @@ impl Semaphore {
     ///
     /// Cancel safe.
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard> {
-        self.get(Wait::Until(Some(Instant::now() + timeout))).await
+        self.get(Wait::Until(Instant::now().checked_add(timeout)))
+            .await
     }
 
     /// Takes a lease only if one is free now, else [`Error::WouldBlock`].

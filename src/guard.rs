@@ -76,7 +76,10 @@ impl LockGuard {
         self.holding.lost_token().clone()
     }
 
-    /// Whether the lock has been lost.
+    /// Whether the lock has been lost. Under the `Grace` policy this reads the deadline from
+    /// the clock, so a process resumed after a pause past the session timeout sees `true` at
+    /// once, before the session manager has had a chance to run (and before
+    /// [`lost`](Self::lost) resolves): check it before each write.
     pub fn is_lost(&self) -> bool {
         self.holding.is_lost()
     }

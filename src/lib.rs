@@ -1,5 +1,62 @@
-//! zk-recipes (work in progress skeleton)
+//! ZooKeeper coordination recipes for async Rust.
+//!
+//! * [`Session`]: the session manager every recipe shares. It owns the ZooKeeper session,
+//!   reports its state, and builds a new session after expiry (a new *epoch*).
+//! * [`FairLock`]: a fair (FIFO) exclusive lock; each waiter watches only its predecessor and
+//!   a hand-off costs one write and one notification. Curator `InterProcessMutex` and kazoo
+//!   `Lock` compatible.
+//! * [`Semaphore`]: at most N holders, in arrival order.
+//! * [`RwLock`]: many readers or one writer, writers never starved, safe downgrade. Curator
+//!   `InterProcessReadWriteLock` and kazoo `ReadLock`/`WriteLock` compatible.
+//! * [`Election`]: leader election, Curator `LeaderLatch` compatible, with an observer stream
+//!   and a `LeaderSelector`-style runner.
+//! * [`ExclusiveLock`]: the simple one-ephemeral-node lock (has a herd effect).
+//!
+//! Every guard has `lost()` (resolves when the lock is lost: expiry, the [`LossPolicy`], or
+//! the node deleted by someone else), a `fencing_token()` (strictly larger for every later
+//! holder), an explicit async `release()` and release on drop.
+//!
+//! # Getting started
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use zk_recipes::{FairLock, Session};
+//!
+//! # async fn f() -> zk_recipes::Result<()> {
+//! let session = Session::builder("127.0.0.1:2181")
+//!     .with_session_timeout(Duration::from_secs(10))
+//!     .connect()
+//!     .await?;
+//! let lock = FairLock::new(&session, "/jobs/nightly")?;
+//! let guard = lock.lock().await?;
+//! tokio::select! {
+//!     _ = guard.lost() => eprintln!("lost the lock"),
+//!     _ = tokio::time::sleep(Duration::from_secs(1)) => {} // the work
+//! }
+//! guard.release().await?;
+//! session.close().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! * `testing` (default): [`testing`], a harness that runs real Apache ZooKeeper servers and
+//!   ensembles (from Debian's `zookeeper` package), with a fault-injection proxy.
+//! * `cli` (default): the `zkr` command.
+//!
+//! # Module map
+//!
+//! ```text
+//! recipes::{exclusive, fair_lock, semaphore, rwlock, election}
+//!     └─> queue (contender queue, guard machinery) ─> session (Epoch: every request) ─> zookeeper-client
+//!         path (validation, node names), error
+//! ```
+//! Recipes never touch a raw `zookeeper_client::Client`: every request goes through the
+//! session manager, which counts them ([`Session::request_count`]) and times them for the
+//! loss policy.
+
 pub mod error;
+mod net;
 mod guard;
 pub mod path;
 pub(crate) mod queue;
@@ -12,6 +69,9 @@ pub use error::{Error, LossReason, Result};
 pub use guard::LockGuard;
 pub use path::{validate_path, Layout, NodeKind, NodeName};
 pub use queue::{list_contenders, Contender};
+pub use recipes::election::{
+    Election, ElectionRunner, Leader, LeaderChange, LeaderChanges, Leadership, Participant,
+};
 pub use recipes::exclusive::ExclusiveLock;
 pub use recipes::fair_lock::FairLock;
 pub use recipes::rwlock::{ReadGuard, RwLock, WriteGuard};

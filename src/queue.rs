@@ -391,6 +391,16 @@ async fn attempt(
     let mut blips = 0;
     loop {
         let Some(target) = spec.watch_target(&lower).cloned() else {
+            // First in line, unless our own node is gone already: a waiter woken by its
+            // predecessor may have our node's deletion (delivered first) ready as well.
+            match own_watch_fired(&mut own_watch).map(|e| e.event_type) {
+                Some(zk::EventType::NodeDeleted) => {
+                    pending.disarm();
+                    return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
+                }
+                Some(zk::EventType::Session) => return Ok(requeue_or_retry(&epoch, pending)),
+                _ => {}
+            }
             pending.disarm();
             return Ok(Attempt::Granted(Granted {
                 epoch,
@@ -434,6 +444,11 @@ async fn attempt(
                     match relist(&epoch, spec, me.sequence).await {
                         Ok(l) => lower = l,
                         Err(err) if is_unknown(&err) => {}
+                        // The directory was deleted, and our node with it.
+                        Err(zk::Error::NoNode) => {
+                            pending.disarm();
+                            return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
+                        }
                         Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
                     }
                 }
@@ -476,14 +491,9 @@ async fn attempt(
         match woke {
             Woke::Watched(event) => match event.event_type {
                 zk::EventType::NodeDataChanged if spec.mark_grants(&target) => {
-                    pending.disarm();
-                    return Ok(Attempt::Granted(Granted {
-                        epoch,
-                        path: my_path,
-                        name: me,
-                        czxid,
-                        own_watch,
-                    }));
+                    // Nothing below the marked node can exist: granted (at the top of the loop,
+                    // which checks that our own node is still there).
+                    lower.clear();
                 }
                 zk::EventType::NodeDataChanged | zk::EventType::NodeDeleted => {
                     lower.retain(|n| n.sequence != target.sequence);
@@ -491,6 +501,11 @@ async fn attempt(
                         match relist(&epoch, spec, me.sequence).await {
                             Ok(l) => lower = l,
                             Err(err) if is_unknown(&err) => {}
+                            // The directory was deleted, and our node with it.
+                            Err(zk::Error::NoNode) => {
+                                pending.disarm();
+                                return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
+                            }
                             Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
                         }
                     }
@@ -526,6 +541,13 @@ async fn attempt(
             }
         }
     }
+}
+
+/// Our own node's watch event, if it has fired already (the watch is then used up).
+fn own_watch_fired(own_watch: &mut Option<WatchFuture>) -> Option<zk::WatchedEvent> {
+    let event = futures::FutureExt::now_or_never(own_watch.as_mut()?.as_mut())?;
+    *own_watch = None;
+    Some(event)
 }
 
 fn spawn_delete(session: &Session, epoch: &Arc<Epoch>, path: String) {
@@ -684,8 +706,14 @@ pub(crate) struct Holding {
     session_id: i64,
     lost: CancellationToken,
     reason: Arc<Mutex<Option<LossReason>>>,
+    /// The epoch's own end signal and reason, read synchronously by `is_lost` (the epoch
+    /// itself may be gone, and the monitor not yet have run).
+    epoch_token: CancellationToken,
+    epoch_reason: Arc<Mutex<Option<LossReason>>>,
     stop_monitor: CancellationToken,
-    monitor: Option<tokio::task::JoinHandle<()>>,
+    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+    /// Closed (true) once our release is queued: no own-node watch is set after that.
+    gate: Arc<Mutex<bool>>,
     released: bool,
     on_end: Option<Box<dyn FnOnce() + Send + Sync>>,
     /// Whether the release writes the mark before deleting (default); see `with_release_mark`.
@@ -717,23 +745,10 @@ impl Holding {
         let lost = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
         let stop_monitor = CancellationToken::new();
-        let own: Pin<
-            Box<dyn Future<Output = std::result::Result<Option<WatchFuture>, ()>> + Send>,
-        > = match own_watch {
-            Some(w) => Box::pin(std::future::ready(Ok(Some(w)))),
-            None => {
-                let epoch = epoch.clone();
-                let path = path.clone();
-                Box::pin(async move {
-                    match epoch.check_and_watch_stat(&path).await {
-                        Ok((Some(stat), w)) if stat.czxid == czxid => {
-                            Ok(Some(Box::pin(w.changed()) as WatchFuture))
-                        }
-                        Ok(_) => Err(()),
-                        Err(_) => Ok(None),
-                    }
-                })
-            }
+        let gate = Arc::new(Mutex::new(false));
+        let own: OwnCheck = match own_watch {
+            Some(w) => Box::pin(std::future::ready(Checked::Armed(w))),
+            None => arm_own_watch(epoch.clone(), path.clone(), czxid, gate.clone()),
         };
         let monitor = {
             let epoch_token = epoch.lost_token().clone();
@@ -743,10 +758,12 @@ impl Holding {
             let lost = lost.clone();
             let reason = reason.clone();
             let stop = stop_monitor.clone();
+            let gate = gate.clone();
             tokio::spawn(async move {
                 let set = |r: LossReason| {
                     reason.lock().unwrap().get_or_insert(r);
                     lost.cancel();
+                    None
                 };
                 let epoch_ended = || {
                     epoch_reason
@@ -756,47 +773,42 @@ impl Holding {
                 };
                 let mut own = own;
                 loop {
+                    // On stop, hand the own-node watch (armed or in flight) back to the
+                    // release, which lets its own write use the watch up.
                     let checked = tokio::select! {
-                        r = own => r,
-                        _ = stop.cancelled() => return,
+                        biased;
+                        _ = stop.cancelled() => return Some(own),
                         _ = epoch_token.cancelled() => return set(epoch_ended()),
+                        r = &mut own => r,
                     };
-                    let watch = match checked {
-                        Err(()) => return set(LossReason::NodeDeleted),
-                        Ok(w) => w,
-                    };
-                    let node_event = async {
-                        match watch {
-                            Some(w) => Some(w.await),
-                            // The check failed on a connection error: the epoch's end, if
-                            // it comes, is the signal.
-                            None => std::future::pending().await,
+                    let mut watch = match checked {
+                        Checked::Armed(w) => w,
+                        Checked::Missing => return set(LossReason::NodeDeleted),
+                        Checked::Gated => return None,
+                        // A connection error: the epoch's end, if it comes, is the signal.
+                        Checked::Failed => {
+                            tokio::select! {
+                                _ = stop.cancelled() => return None,
+                                _ = epoch_token.cancelled() => return set(epoch_ended()),
+                            }
                         }
                     };
                     let event = tokio::select! {
-                        event = node_event => event,
-                        _ = stop.cancelled() => return,
+                        biased;
+                        _ = stop.cancelled() => return Some(Box::pin(std::future::ready(Checked::Armed(watch))) as OwnCheck),
                         _ = epoch_token.cancelled() => return set(epoch_ended()),
+                        event = &mut watch => event,
                     };
-                    match event.map(|e| e.event_type) {
-                        Some(zk::EventType::Session) => return set(epoch_ended()),
-                        Some(zk::EventType::NodeDeleted) => return set(LossReason::NodeDeleted),
+                    match event.event_type {
+                        zk::EventType::Session => return set(epoch_ended()),
+                        zk::EventType::NodeDeleted => return set(LossReason::NodeDeleted),
                         _ => {
                             // Anything else (a stale NodeCreated of an earlier exists watch in
                             // this session, a data change): look again and re-arm.
                             let Some(epoch) = epoch_weak.upgrade() else {
                                 return set(epoch_ended());
                             };
-                            let path = path.clone();
-                            own = Box::pin(async move {
-                                match epoch.check_and_watch_stat(&path).await {
-                                    Ok((Some(stat), w)) if stat.czxid == czxid => {
-                                        Ok(Some(Box::pin(w.changed()) as WatchFuture))
-                                    }
-                                    Ok(_) => Err(()),
-                                    Err(_) => Ok(None),
-                                }
-                            });
+                            own = arm_own_watch(epoch, path.clone(), czxid, gate.clone());
                         }
                     }
                 }
@@ -805,6 +817,8 @@ impl Holding {
         Holding {
             session: session.clone(),
             session_id: epoch.session_id,
+            epoch_token: epoch.lost_token().clone(),
+            epoch_reason: epoch.reason_cell(),
             epoch: Arc::downgrade(&epoch),
             path,
             name,
@@ -813,6 +827,7 @@ impl Holding {
             reason,
             stop_monitor,
             monitor: Some(monitor),
+            gate,
             released: false,
             on_end: None,
             mark_release: true,
@@ -857,10 +872,26 @@ impl Holding {
         &self.lost
     }
     pub(crate) fn loss_reason(&self) -> Option<LossReason> {
-        *self.reason.lock().unwrap()
+        let reason = *self.reason.lock().unwrap();
+        reason.or_else(|| self.epoch_lost())
     }
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        self.lost.is_cancelled() || self.epoch_lost().is_some()
+    }
+    /// Why our epoch is over, read synchronously: the monitor may not have run yet, e.g. in
+    /// a process resumed after a pause past the `Grace` deadline.
+    fn epoch_lost(&self) -> Option<LossReason> {
+        if self.released {
+            return None;
+        }
+        let over = self.epoch_token.is_cancelled()
+            || self.epoch.upgrade().is_some_and(|e| e.grace_passed());
+        over.then(|| {
+            self.epoch_reason
+                .lock()
+                .unwrap()
+                .unwrap_or(LossReason::ConnectionLost)
+        })
     }
     pub(crate) fn epoch(&self) -> Option<Arc<Epoch>> {
         self.epoch
@@ -868,27 +899,12 @@ impl Holding {
             .filter(|e| !e.lost_token().is_cancelled())
     }
 
-    /// Stops the monitor and drops our own-node watch, so that the release below fires only
-    /// the successor's watch.
-    async fn stop_monitor(&mut self) {
-        if !self.stop_monitor.is_cancelled() {
-            if let Some(epoch) = self.epoch() {
-                // Dropping the own-node watch sends a RemoveWatches request (pipelined ahead
-                // of the release, no extra round trip); count it honestly.
-                epoch.note_request();
-            }
-        }
-        self.stop_monitor.cancel();
-        if let Some(m) = self.monitor.take() {
-            let _ = m.await;
-        }
-    }
-
-    /// Releases with the one-notification mark.
+    /// Releases: marked (one notification hands the lock on) or plain, see `release_node`.
     pub(crate) async fn release(mut self) -> Result<()> {
         self.released = true;
-        self.stop_monitor().await;
-        if self.lost.is_cancelled() {
+        self.stop_monitor.cancel();
+        let monitor = self.monitor.take();
+        if self.is_lost() {
             return Err(Error::LockLost(
                 self.loss_reason().unwrap_or(LossReason::SessionExpired),
             ));
@@ -896,13 +912,8 @@ impl Holding {
         let Some(epoch) = self.epoch() else {
             return Err(Error::LockLost(LossReason::SessionExpired));
         };
-        let result = release_node(
-            &epoch,
-            &self.path,
-            self.mark_release,
-            self.verify_czxid.then_some(self.czxid),
-        )
-        .await;
+        let verify = self.verify_czxid.then_some(self.czxid);
+        let result = release_node(&epoch, &self.path, self.mark_release, verify, &self.gate, monitor).await;
         self.lost.cancel();
         match result {
             Ok(()) => Ok(()),
@@ -914,7 +925,6 @@ impl Holding {
             Err(err) => Err(Error::zk("release", &self.path, err)),
         }
     }
-
 }
 
 impl Drop for Holding {
@@ -935,12 +945,10 @@ impl Drop for Holding {
         let monitor = self.monitor.take();
         let mark = self.mark_release;
         let verify = self.verify_czxid.then_some(self.czxid);
+        let gate = self.gate.clone();
         self.lost.cancel();
         self.session.spawn_tracked(async move {
-            if let Some(m) = monitor {
-                let _ = m.await;
-            }
-            match release_node(&epoch, &path, mark, verify).await {
+            match release_node(&epoch, &path, mark, verify, &gate, monitor).await {
                 Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
                 Err(err) => tracing::warn!(path, %err, "release on drop failed; the node goes with the session"),
             }
@@ -948,24 +956,84 @@ impl Drop for Holding {
     }
 }
 
-/// Deletes our node: marked (set + delete in one multi) or plain; with `verify`, only if the
-/// node at `path` still has that czxid (checked first: a path reused by later holders).
+/// What arming the own-node watch found.
+pub(crate) enum Checked {
+    /// Our node is there (same czxid) and watched.
+    Armed(WatchFuture),
+    /// Our node is gone or is someone else's.
+    Missing,
+    /// The request failed (connection): no watch.
+    Failed,
+    /// Not sent: the release was queued first.
+    Gated,
+}
+
+/// An own-node `exists` watch, armed (or found gated) on its first poll.
+pub(crate) type OwnCheck = Pin<Box<dyn Future<Output = Checked> + Send>>;
+
+/// Sets the `exists` watch on our own node, unless the release is already queued: the gate
+/// orders the two, so no watch is ever set on a node after our own delete (ZooKeeper would
+/// keep such an `exists` watch, waiting for the node to be created again).
+fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bool>>) -> OwnCheck {
+    Box::pin(async move {
+        let check = {
+            let closed = gate.lock().unwrap();
+            if *closed {
+                return Checked::Gated;
+            }
+            epoch.check_and_watch_stat(&path)
+        };
+        match check.await {
+            Ok((Some(stat), w)) if stat.czxid == czxid => Checked::Armed(Box::pin(w.changed())),
+            Ok(_) => Checked::Missing,
+            Err(_) => Checked::Failed,
+        }
+    })
+}
+
+/// Deletes our node, marked (set + delete in one multi, so a waiter takes over on one
+/// notification) or plain; with `verify`, only if the node at `path` still has that czxid
+/// (a path reused by later holders). The release is queued under the gate, then our own-node
+/// watch (handed back by the stopped monitor) is left to be used up by our own write: no
+/// RemoveWatches request, and the monitor is not waited for before the release is sent.
 async fn release_node(
     epoch: &Epoch,
     path: &str,
     mark: bool,
     verify: Option<i64>,
+    gate: &Mutex<bool>,
+    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
 ) -> std::result::Result<(), zk::Error> {
     let mut version = None;
     if let Some(czxid) = verify {
+        *gate.lock().unwrap() = true;
         match epoch.check_stat(path).await? {
             Some(stat) if stat.czxid == czxid => version = Some(stat.version),
             _ => return Err(zk::Error::NoNode),
         }
     }
-    if mark {
-        epoch.set_and_delete(path, RELEASE_MARK, version).await
-    } else {
-        epoch.delete(path, version).await
+    let released = {
+        let mut closed = gate.lock().unwrap();
+        *closed = true;
+        if mark {
+            futures::future::Either::Left(epoch.set_and_delete(path, RELEASE_MARK, version))
+        } else {
+            futures::future::Either::Right(epoch.delete(path, version))
+        }
+    };
+    let own = match monitor {
+        Some(m) => m.await.ok().flatten(),
+        None => None,
+    };
+    let result = released.await;
+    if let Some(own) = own {
+        // The watch fires with our own write (before its reply); an unsent check is Gated.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            if let Checked::Armed(w) = own.await {
+                w.await;
+            }
+        })
+        .await;
     }
+    result
 }

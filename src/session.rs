@@ -137,6 +137,8 @@ pub struct SessionBuilder {
     chroot: Option<String>,
     auth: Option<(String, String)>,
     loss_policy: LossPolicy,
+    #[cfg(feature = "tls")]
+    tls: Option<zk::TlsOptions>,
 }
 
 impl std::fmt::Debug for SessionBuilder {
@@ -147,6 +149,7 @@ impl std::fmt::Debug for SessionBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("chroot", &self.chroot)
             .field("auth", &self.auth.as_ref().map(|(u, _)| u))
+            .field("tls", &cfg!(feature = "tls").then(|| self.uses_tls()))
             .field("loss_policy", &self.loss_policy)
             .finish()
     }
@@ -182,6 +185,22 @@ impl SessionBuilder {
         self
     }
 
+    /// Connects with TLS (feature `tls`; default: plain TCP): the hosts must be the servers'
+    /// secure client ports (`secureClientPort`), whose certificates are checked against the
+    /// CA of `options`, e.g. `zk::TlsOptions::new().with_pem_ca(pem)?`.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, options: zk::TlsOptions) -> Self {
+        self.tls = Some(options);
+        self
+    }
+
+    fn uses_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     /// When holders count their ephemeral nodes as lost (default [`LossPolicy::Grace`]).
     pub const fn with_loss_policy(mut self, policy: LossPolicy) -> Self {
         self.loss_policy = policy;
@@ -203,7 +222,8 @@ impl SessionBuilder {
     ///
     /// Cancel safe: a session half made is dropped, which closes it.
     pub async fn connect(self) -> Result<Session> {
-        let config = self.validate()?;
+        let mut config = self.validate()?;
+        config.peers = crate::net::resolve(&config.hosts).await;
         let deadline = Instant::now() + config.connect_timeout;
         let client = connect_once(&config, deadline).await?;
         if config.chroot.is_some() {
@@ -262,6 +282,9 @@ impl SessionBuilder {
             chroot,
             auth: self.auth,
             loss_policy: self.loss_policy,
+            #[cfg(feature = "tls")]
+            tls: self.tls,
+            peers: Vec::new(),
         })
     }
 }
@@ -283,6 +306,10 @@ struct Config {
     chroot: Option<String>,
     auth: Option<(String, String)>,
     loss_policy: LossPolicy,
+    #[cfg(feature = "tls")]
+    tls: Option<zk::TlsOptions>,
+    /// The servers' resolved addresses, for TCP_NODELAY (see `crate::net`).
+    peers: Vec<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -313,7 +340,14 @@ async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> 
         if let Some((user, password)) = &config.auth {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        match tokio::time::timeout(left, connector.connect(&target)).await {
+        let connecting = async {
+            #[cfg(feature = "tls")]
+            if let Some(tls) = &config.tls {
+                return connector.with_tls(tls.clone()).secure_connect(&target).await;
+            }
+            connector.connect(&target).await
+        };
+        match tokio::time::timeout(left, connecting).await {
             Err(_) => return Err(unreachable()),
             Ok(Ok(client)) => return Ok(client),
             Ok(Err(zk::Error::AuthFailed)) => {
@@ -389,6 +423,9 @@ pub(crate) struct Epoch {
     reason: Arc<Mutex<Option<LossReason>>>,
     health: Arc<Health>,
     counters: Arc<Counters>,
+    /// Under the `Grace` policy: how long after the newest answered request was sent the
+    /// epoch counts as lost.
+    grace: Option<Duration>,
 }
 
 impl std::fmt::Debug for Epoch {
@@ -422,15 +459,24 @@ impl Epoch {
         }
     }
 
-    /// Counts a request the client sends on our behalf outside the wrappers (RemoveWatches).
-    pub(crate) fn note_request(&self) {
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Whether this epoch has ended, or its client already knows the session is gone (the
     /// supervisor may not have processed it yet).
     pub(crate) fn is_over(&self) -> bool {
         self.lost.is_cancelled() || self.client.state().is_terminated()
+    }
+
+    /// Whether the `Grace` deadline has passed, read from the clock instead of waiting for the
+    /// supervisor: a process that was paused past the deadline must see the loss the moment
+    /// it looks, even if its supervisor task has not run since it was resumed. Ends the epoch
+    /// when it has (as the supervisor would on waking), so the loss sticks.
+    pub(crate) fn grace_passed(&self) -> bool {
+        let passed = self
+            .grace
+            .is_some_and(|g| Instant::now() >= self.health.last_answered_sent() + g);
+        if passed {
+            self.end(LossReason::ConnectionLost);
+        }
+        passed
     }
 
     /// The token cancelled when this epoch ends.
@@ -656,6 +702,8 @@ impl Session {
             chroot: None,
             auth: None,
             loss_policy: LossPolicy::Grace,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 
@@ -820,16 +868,22 @@ impl Shared {
     }
 
     fn install(&self, client: zk::Client, number: u64) -> Arc<Epoch> {
+        let grace = (self.config.loss_policy == LossPolicy::Grace)
+            .then(|| grace_period(client.session_timeout()));
         let epoch = Arc::new(Epoch {
             number,
             session_id: client.session_id().0,
             client,
-            lost: self.shutdown.child_token(),
+            // Not a child of `shutdown`: on close the epoch must outlive the releases that
+            // guards dropped just before; the supervisor ends it (reason Closed) after them.
+            lost: CancellationToken::new(),
             reason: Arc::new(Mutex::new(None)),
             health: Health::new(),
             counters: self.counters.clone(),
+            grace,
         });
         epoch.health.answered(Instant::now());
+        crate::net::set_nodelay_towards(&self.config.peers);
         *self.current.lock().unwrap() = Some(epoch.clone());
         self.publish(SessionEvent::Connected {
             epoch: number,
@@ -925,11 +979,16 @@ async fn wait_released(epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
     let _ = tokio::time::timeout(Duration::from_secs(2), wait).await;
 }
 
+/// How long after the newest answered request was sent the `Grace` policy declares an epoch
+/// lost: the session timeout less a 15% margin (see the module docs).
+fn grace_period(timeout: Duration) -> Duration {
+    timeout - timeout * 15 / 100
+}
+
 /// Watches one epoch until it ends or the session shuts down.
 async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
     let timeout = epoch.client.session_timeout();
     let policy = shared.config.loss_policy;
-    let margin = timeout * 15 / 100;
     let heartbeat_every = timeout / 5;
     let mut state = epoch.client.state_watcher();
     let probe_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -962,6 +1021,8 @@ async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
                 }
                 if suspended {
                     suspended = false;
+                    // A new connection (maybe to another server): a new socket.
+                    crate::net::set_nodelay_towards(&shared.config.peers);
                     shared.publish(SessionEvent::Reconnected {
                         epoch: epoch.number,
                     });
@@ -974,7 +1035,7 @@ async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
             }
         };
         let last = epoch.health.last_answered_sent();
-        let grace_deadline = last + timeout - margin;
+        let grace_deadline = last + grace_period(timeout);
         let now = Instant::now();
         if policy == LossPolicy::Grace && now >= grace_deadline {
             tracing::warn!(epoch = epoch.number, silent = ?now - last, "no answer from ZooKeeper for too long: declaring the session lost");

@@ -288,6 +288,7 @@ async fn no_herd_with_fifty_waiters() {
         );
     }
     let before = notifications(&server);
+    let watches_before_release = mntr_u64(&server, "zk_watch_count");
     holder.release().await.unwrap();
     // The first waiter gets the lock.
     let mut granted = None;
@@ -305,11 +306,21 @@ async fn no_herd_with_fifty_waiters() {
         "the lock went to waiter {first}, not the first in line"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two watches were on the released node: the next waiter's and the holder's own (used up by
+    // its own release, which saves a RemoveWatches request). Nothing else fired or changed: the
+    // new holder already watched its own node, and the 49 others still wait, each on its
+    // predecessor.
     let fired = notifications(&server) - before;
+    assert_eq!(fired, 2, "a release should notify the next waiter and the releaser's own watch only; the server counts {fired}");
+    let watches_after = mntr_u64(&server, "zk_watch_count");
     assert_eq!(
-        fired, 1,
-        "one release should notify exactly one watcher, the server counts {fired}"
+        watches_after,
+        watches_before_release - 2,
+        "watches went from {watches_before_release} to {watches_after}: expected exactly the two on the released node to go"
     );
+    for (i, w) in waiters.iter().enumerate().skip(1) {
+        assert!(!w.is_finished(), "waiter {i} finished although only waiter 0 was handed the lock");
+    }
     drop(guard);
     for s in sessions {
         s.close().await;
@@ -318,8 +329,7 @@ async fn no_herd_with_fifty_waiters() {
 }
 
 /// The cost of a hand-off does not depend on the queue length: with 10 and with 500 waiters
-/// the waiters' session sends no request on a marked hand-off; the releaser sends one multi
-/// (plus the RemoveWatches of its own-node watch).
+/// the waiters' session sends no request on a marked hand-off; the releaser sends one multi.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_off_cost_is_constant() {
     let mut per_handoff = Vec::new();
@@ -387,7 +397,7 @@ async fn hand_off_cost_is_constant() {
         c10, c500,
         "requests for ten grants and nine releases: {per_handoff:?}"
     );
-    assert_eq!(c10, 18, "nine releases and ten grants: expected 2 requests per release (multi + RemoveWatches) and none per grant");
+    assert_eq!(c10, 9, "nine releases and ten grants: expected 1 request per release (the multi) and none per grant");
 }
 
 /// The holder's session expires: lost() fires within the session timeout, the next waiter

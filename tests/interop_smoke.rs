@@ -15,12 +15,16 @@ use zk_recipes::testing::{shared_server, unique_root};
 const T: Duration = Duration::from_secs(120);
 
 fn is_hex32(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// `_c_<36-char uuid>-<name><10 digits>`: Curator's protected sequential node.
 fn is_curator_node(node: &str, name: &str) -> bool {
-    let Some(rest) = node.strip_prefix("_c_") else { return false };
+    let Some(rest) = node.strip_prefix("_c_") else {
+        return false;
+    };
     rest.len() == 36 + 1 + name.len() + 10
         && rest.as_bytes()[36] == b'-'
         && rest[37..].starts_with(name)
@@ -29,7 +33,10 @@ fn is_curator_node(node: &str, name: &str) -> bool {
 
 /// `<32 hex><name><10 digits>`: kazoo's lock node.
 fn is_kazoo_node(node: &str, name: &str) -> bool {
-    node.len() == 32 + name.len() + 10 && is_hex32(&node[..32]) && node[32..].starts_with(name) && node_sequence(node).is_some()
+    node.len() == 32 + name.len() + 10
+        && is_hex32(&node[..32])
+        && node[32..].starts_with(name)
+        && node_sequence(node).is_some()
 }
 
 #[test]
@@ -42,8 +49,14 @@ fn curator_and_kazoo_mutex_exclude_each_other() {
         Peer::curator("curator1", &["mutex", &cs, &path, iters, hold, "c1"]),
         Peer::curator("curator2", &["mutex", &cs, &path, iters, hold, "c2"]),
         // --names=curator: kazoo creates <hex>-lock-<seq> nodes, which Curator orders by sequence.
-        Peer::kazoo("kazoo1", &["mutex", &cs, &path, iters, hold, "k1", "--names=curator"]),
-        Peer::kazoo("kazoo2", &["mutex", &cs, &path, iters, hold, "k2", "--names=curator"]),
+        Peer::kazoo(
+            "kazoo1",
+            &["mutex", &cs, &path, iters, hold, "k1", "--names=curator"],
+        ),
+        Peer::kazoo(
+            "kazoo2",
+            &["mutex", &cs, &path, iters, hold, "k2", "--names=curator"],
+        ),
     ];
     let hs = finish_all(peers, T);
     for h in &hs {
@@ -51,13 +64,20 @@ fn curator_and_kazoo_mutex_exclude_each_other() {
         assert_eq!(h.events().len(), 6, "{}: {:#?}", h.label, h.lines);
         for (e, n) in h.events().iter().zip(h.nodes()) {
             assert_eq!(e.kind, Kind::Exclusive);
-            let n = n.as_deref().unwrap_or_else(|| panic!("{} reported no node", h.label));
-            let ok = if h.label.starts_with("curator") { is_curator_node(n, "lock-") } else { is_kazoo_node(n, "-lock-") };
+            let n = n
+                .as_deref()
+                .unwrap_or_else(|| panic!("{} reported no node", h.label));
+            let ok = if h.label.starts_with("curator") {
+                is_curator_node(n, "lock-")
+            } else {
+                is_kazoo_node(n, "-lock-")
+            };
             assert!(ok, "{}: unexpected node name {n}", h.label);
         }
     }
     // token = sequence number: exclusive grants must follow the znode queue order.
-    check(&all_events(&hs, true)).assert_clean("Curator InterProcessMutex + kazoo Lock(--names=curator)");
+    check(&all_events(&hs, true))
+        .assert_clean("Curator InterProcessMutex + kazoo Lock(--names=curator)");
 }
 
 #[test]
@@ -80,7 +100,11 @@ fn curator_waits_for_kazoo_only_with_curator_style_names() {
     kh.assert_ok();
     let mut events = all_events(&[kh, ch], false);
     let r = check(&events);
-    assert_eq!(r.overlaps.len(), 1, "expected Curator to overlap kazoo's default-named lock: {r}");
+    assert_eq!(
+        r.overlaps.len(),
+        1,
+        "expected Curator to overlap kazoo's default-named lock: {r}"
+    );
 
     // --names=curator: kazoo creates "<hex>-lock-<seq>", and Curator waits for it.
     let path = format!("{root}/curator-names");
@@ -90,14 +114,26 @@ fn curator_waits_for_kazoo_only_with_curator_style_names() {
     let mut c = Peer::curator("curator", &["mutex", &cs, &path, "1", "0", "c"]);
     c.wait_ready(T);
     assert!(
-        c.wait_for(Duration::from_millis(1500), |l| matches!(l, support::history::InteropLine::Acq { .. })).is_none(),
+        c.wait_for(Duration::from_millis(1500), |l| matches!(
+            l,
+            support::history::InteropLine::Acq { .. }
+        ))
+        .is_none(),
         "Curator acquired while kazoo holds: {:?}",
         c.lines
     );
     let listing = list_children(&cs, &path);
     assert_eq!(listing.len(), 2, "{listing:?}");
-    assert!(listing.iter().any(|(n, d)| is_kazoo_node(n, "-lock-") && d.ends_with("b'kh'")), "{listing:?}");
-    assert!(listing.iter().any(|(n, _)| is_curator_node(n, "lock-")), "{listing:?}");
+    assert!(
+        listing
+            .iter()
+            .any(|(n, d)| is_kazoo_node(n, "-lock-") && d.ends_with("b'kh'")),
+        "{listing:?}"
+    );
+    assert!(
+        listing.iter().any(|(n, _)| is_curator_node(n, "lock-")),
+        "{listing:?}"
+    );
     let kh = k.finish(T); // closes stdin: kazoo releases
     let ch = c.finish(T);
     kh.assert_ok();
@@ -117,21 +153,37 @@ fn curator_and_kazoo_read_write_locks() {
         Peer::curator("curator-r2", &["read", &cs, &path, iters, hold, "cr2"]),
         Peer::curator("curator-w", &["write", &cs, &path, iters, hold, "cw"]),
         // PyPI kazoo>=2.9 (venv), Curator's __READ__/__WRIT__ node names
-        Peer::kazoo("kazoo-r", &["read", &cs, &path, iters, hold, "kr", "--names=curator"]),
-        Peer::kazoo("kazoo-w", &["write", &cs, &path, iters, hold, "kw", "--names=curator"]),
+        Peer::kazoo(
+            "kazoo-r",
+            &["read", &cs, &path, iters, hold, "kr", "--names=curator"],
+        ),
+        Peer::kazoo(
+            "kazoo-w",
+            &["write", &cs, &path, iters, hold, "kw", "--names=curator"],
+        ),
     ];
     let hs = finish_all(peers, T);
     for h in &hs {
         h.assert_ok();
         assert_eq!(h.events().len(), 5, "{}: {:#?}", h.label, h.lines);
         for (e, n) in h.events().iter().zip(h.nodes()) {
-            let name = if e.kind == Kind::Read { "__READ__" } else { "__WRIT__" };
+            let name = if e.kind == Kind::Read {
+                "__READ__"
+            } else {
+                "__WRIT__"
+            };
             let n = n.as_deref().unwrap_or("-");
-            let ok = if h.label.starts_with("curator") { is_curator_node(n, name) } else { is_kazoo_node(n, name) };
+            let ok = if h.label.starts_with("curator") {
+                is_curator_node(n, name)
+            } else {
+                is_kazoo_node(n, name)
+            };
             assert!(ok, "{}: unexpected node name {n}", h.label);
         }
     }
-    check(&all_events(&hs, true)).assert_clean("Curator InterProcessReadWriteLock + kazoo ReadLock/WriteLock(--names=curator)");
+    check(&all_events(&hs, true)).assert_clean(
+        "Curator InterProcessReadWriteLock + kazoo ReadLock/WriteLock(--names=curator)",
+    );
 }
 
 #[test]
@@ -139,14 +191,23 @@ fn curator_leader_latch_one_leader_at_a_time() {
     build_java();
     let cs = shared_server().connect_string();
     let path = format!("{}/latch", unique_root("interop"));
-    let peers: Vec<Peer> =
-        (0..3).map(|i| Peer::curator(&format!("latch{i}"), &["latch", &cs, &path, &format!("L{i}"), "30", "3"])).collect();
+    let peers: Vec<Peer> = (0..3)
+        .map(|i| {
+            Peer::curator(
+                &format!("latch{i}"),
+                &["latch", &cs, &path, &format!("L{i}"), "30", "3"],
+            )
+        })
+        .collect();
     let hs = finish_all(peers, T);
     for h in &hs {
         h.assert_ok();
         assert_eq!(h.events().len(), 3);
         for n in h.nodes() {
-            assert!(is_curator_node(n.as_deref().unwrap_or("-"), "latch-"), "{n:?}");
+            assert!(
+                is_curator_node(n.as_deref().unwrap_or("-"), "latch-"),
+                "{n:?}"
+            );
         }
     }
     check(&all_events(&hs, false)).assert_clean("Curator LeaderLatch x3");

@@ -1,0 +1,598 @@
+//! Failover time of leader election: ours beside Apache Curator's `LeaderLatch`, on one server
+//! in one run.
+//!
+//! ```text
+//! cargo run --release --example bench_election
+//! cargo run --release --example bench_election -- --rounds 500 --expire-rounds 30 --candidates 3
+//! cargo run --release --example bench_election -- --no-curator
+//! ZK_CONNECT=127.0.0.1:2181 cargo run --release --example bench_election
+//! ```
+//!
+//! Unless `ZK_CONNECT` is set it starts a private ZooKeeper through the test harness
+//! (`tickTime=500`, ZooKeeper's default `forceSync=yes`). Each side runs `--candidates`
+//! candidates (default 3), one session each (4 s timeout), on its own path. Every round waits
+//! until all candidates have their nodes (and 5 ms more, so that every watch is set), then:
+//!
+//! * **clean**: the leader resigns (`Leadership::resign`; Curator: `LeaderLatch.close`). The
+//!   clock runs from just before that call until the next candidate learns it leads
+//!   (`campaign()` returns; Curator: `LeaderLatchListener.isLeader`). The old leader then
+//!   campaigns again, at the back. Ours is measured twice: with the default resignation (a
+//!   plain delete, which Curator candidates also understand) and with
+//!   `with_release_mark(true)`.
+//! * **expiry**: the leader's session is ended on the server by resuming it on a second
+//!   connection and closing it (ours: `testing::expire_session` through a proxy in front of
+//!   the leader only; Curator: a second `ZooKeeper` handle). The clock runs from the start of
+//!   that until the next candidate leads, so it includes the second connection's handshake.
+//!   For ours the time `testing::expire_session` took is printed too: it returns only after a
+//!   further connection has confirmed the session is gone, usually after the failover.
+//!
+//! Baseline: **write + notification**, two raw `zookeeper_client` sessions: one watches a node
+//! with `exists`, the other deletes it; from the delete call until the watch fires. A clean
+//! failover cannot beat that. Figures are p50/p99 by nearest rank; the goals (clean failover
+//! p50 within one write + notification, and at most 0.7x Curator's) are reported, not
+//! asserted. The load average is printed: figures taken on a busy machine are noisy.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, Notify};
+use zk_recipes::testing::{expire_session, FaultProxy, ZooKeeperServer};
+use zk_recipes::{zk, Election, Error, Leadership, Session};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Res<T> = std::result::Result<T, BoxError>;
+
+const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+const WAIT: Duration = Duration::from_secs(30);
+const SETTLE: Duration = Duration::from_millis(5);
+const JAVA_DIR: &str = "/usr/share/java";
+const CLIENT_JARS: &[&str] = &[
+    "curator-recipes.jar",
+    "curator-framework.jar",
+    "curator-client.jar",
+    "zookeeper.jar",
+    "zookeeper-jute.jar",
+    "guava.jar",
+    "slf4j-api.jar",
+    "slf4j-nop.jar",
+    "netty-all.jar",
+];
+
+const HELP: &str = "\
+usage: cargo run --release --example bench_election -- [options]
+
+  --rounds N          measured clean failovers per variant (default 200)
+  --expire-rounds N   measured forced-expiry failovers per side (default 20)
+  --warmup N          unmeasured rounds before each series (default 10; 2 for expiry)
+  --candidates N      candidates per election (default 3, at least 2)
+  --no-curator        skip Curator's LeaderLatch
+  --current-thread    run our side on a current-thread tokio runtime (default: multi-thread)
+
+env: ZK_CONNECT=host:port use that ZooKeeper instead of starting one
+";
+
+#[derive(Debug, Clone)]
+struct Opts {
+    rounds: usize,
+    expire_rounds: usize,
+    warmup: usize,
+    candidates: usize,
+    curator: bool,
+    current_thread: bool,
+}
+
+fn parse_args() -> Res<Opts> {
+    let mut o = Opts {
+        rounds: 200,
+        expire_rounds: 20,
+        warmup: 10,
+        candidates: 3,
+        curator: true,
+        current_thread: false,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let at = i;
+        let num = |name: &str| -> Res<usize> {
+            let v = args
+                .get(at + 1)
+                .ok_or_else(|| format!("{name} needs a value"))?;
+            Ok(v.parse()
+                .map_err(|_| format!("{name}: {v:?} is not a number"))?)
+        };
+        i += if matches!(a, "--no-curator" | "--current-thread" | "-h" | "--help") {
+            1
+        } else {
+            2
+        };
+        match a {
+            "--rounds" => o.rounds = num("--rounds")?,
+            "--expire-rounds" => o.expire_rounds = num("--expire-rounds")?,
+            "--warmup" => o.warmup = num("--warmup")?,
+            "--candidates" => o.candidates = num("--candidates")?,
+            "--no-curator" => o.curator = false,
+            "--current-thread" => o.current_thread = true,
+            "-h" | "--help" => {
+                print!("{HELP}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown option {other:?}\n{HELP}").into()),
+        }
+    }
+    if o.candidates < 2 || o.rounds == 0 {
+        return Err("need --candidates >= 2 and --rounds >= 1".into());
+    }
+    Ok(o)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// p-th percentile by nearest rank, in milliseconds.
+fn pct(samples: &[Duration], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut v: Vec<Duration> = samples.to_vec();
+    v.sort();
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1].as_secs_f64() * 1e3
+}
+
+fn row(name: &str, samples: &[Duration]) {
+    println!(
+        "  {name:<42} {:>9.3} ms {:>9.3} ms   (n={})",
+        pct(samples, 50.0),
+        pct(samples, 99.0),
+        samples.len()
+    );
+}
+
+fn metric(name: &str, samples: &[Duration]) {
+    println!("METRIC {name}.p50 {:.4} ms", pct(samples, 50.0));
+    println!("METRIC {name}.p99 {:.4} ms", pct(samples, 99.0));
+}
+
+fn goal(what: &str, ratio: f64, limit: f64) {
+    let verdict = if ratio.is_nan() {
+        "n/a"
+    } else if ratio <= limit {
+        "met"
+    } else {
+        "NOT met"
+    };
+    println!("  {what:<52} {ratio:>6.2}   goal <= {limit}: {verdict}");
+}
+
+fn main() -> Res<()> {
+    let opts = parse_args()?;
+    let mut runtime = if opts.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    runtime.enable_all().build()?.block_on(run(opts))
+}
+
+async fn run(opts: Opts) -> Res<()> {
+    let (_server, direct) = match std::env::var("ZK_CONNECT")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+    {
+        Some(hosts) => (
+            None,
+            hosts
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        ),
+        None => {
+            let server = tokio::task::spawn_blocking(ZooKeeperServer::start).await??;
+            let cs = server.connect_string();
+            (Some(server), cs)
+        }
+    };
+    let addr: SocketAddr = direct
+        .to_socket_addrs()?
+        .next()
+        .ok_or("cannot resolve the server")?;
+    let root = format!("/bench-election-{}", std::process::id());
+    println!(
+        "== leader election failover on {direct} ({} candidates; load average {})",
+        opts.candidates,
+        loadavg()
+    );
+
+    let baseline = write_and_notify(
+        &direct,
+        &format!("{root}/baseline"),
+        opts.warmup,
+        opts.rounds,
+    )
+    .await?;
+    let plain = rust_failover(
+        &direct,
+        addr,
+        &format!("{root}/plain"),
+        &opts,
+        false,
+        opts.rounds,
+        0,
+    )
+    .await?;
+    let marked = rust_failover(
+        &direct,
+        addr,
+        &format!("{root}/mark"),
+        &opts,
+        true,
+        opts.rounds,
+        0,
+    )
+    .await?;
+    let expiry = rust_failover(
+        &direct,
+        addr,
+        &format!("{root}/expire"),
+        &opts,
+        false,
+        0,
+        opts.expire_rounds,
+    )
+    .await?;
+    let curator = if opts.curator {
+        match curator_failover(&direct, &format!("{root}/curator"), &opts) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                println!("  Curator run failed: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+
+    println!(
+        "\n== clean failover: leader resigns -> next candidate leads   (load average {})",
+        loadavg()
+    );
+    println!("  {:<42} {:>12} {:>12}", "", "p50", "p99");
+    row("raw write + notification (baseline)", &baseline);
+    row("zk-recipes Election (default: plain delete)", &plain.clean);
+    row("zk-recipes Election (release mark)", &marked.clean);
+    if let Some(c) = &curator {
+        row("Curator 5.4.0 LeaderLatch", &c.clean);
+    }
+    println!("  ratios of p50:");
+    let base50 = pct(&baseline, 50.0);
+    goal(
+        "ours (default) / (write + notification)",
+        pct(&plain.clean, 50.0) / base50,
+        1.0,
+    );
+    goal(
+        "ours (release mark) / (write + notification)",
+        pct(&marked.clean, 50.0) / base50,
+        1.0,
+    );
+    let cur50 = curator.as_ref().map_or(f64::NAN, |c| pct(&c.clean, 50.0));
+    goal(
+        "ours (default) / Curator",
+        pct(&plain.clean, 50.0) / cur50,
+        0.7,
+    );
+    goal(
+        "ours (release mark) / Curator",
+        pct(&marked.clean, 50.0) / cur50,
+        0.7,
+    );
+
+    println!(
+        "\n== forced expiry: the leader's session is closed on the server -> next candidate leads"
+    );
+    println!("  {:<42} {:>12} {:>12}", "", "p50", "p99");
+    row("zk-recipes Election", &expiry.expire);
+    row(
+        "  (expire_session() itself returned after)",
+        &expiry.expire_call,
+    );
+    if let Some(c) = &curator {
+        row("Curator 5.4.0 LeaderLatch", &c.expire);
+        println!("  ratios of p50:");
+        goal(
+            "ours / Curator",
+            pct(&expiry.expire, 50.0) / pct(&c.expire, 50.0),
+            0.7,
+        );
+    }
+
+    println!();
+    metric("ours.election.write_notify", &baseline);
+    metric("ours.election.clean_failover", &plain.clean);
+    metric("ours.election.clean_failover_mark", &marked.clean);
+    metric("ours.election.expiry_failover", &expiry.expire);
+    if let Some(c) = &curator {
+        metric("curator.leader_latch.clean_failover", &c.clean);
+        metric("curator.leader_latch.expiry_failover", &c.expire);
+    }
+    Ok(())
+}
+
+/// From a delete call on one session until an `exists` watch on the node fires on another.
+async fn write_and_notify(
+    direct: &str,
+    path: &str,
+    warmup: usize,
+    rounds: usize,
+) -> Res<Vec<Duration>> {
+    let writer = zk::Client::connect(direct).await?;
+    let watcher = zk::Client::connect(direct).await?;
+    writer
+        .mkdir(
+            path,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await?;
+    let node = format!("{path}/n");
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let mut out = Vec::with_capacity(rounds);
+    for r in 0..warmup + rounds {
+        writer.create(&node, b"", &ephemeral).await?;
+        let (stat, watch) = watcher.check_and_watch_stat(&node).await?;
+        if stat.is_none() {
+            return Err("baseline node missing".into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let t0 = Instant::now();
+        let delete = writer.delete(&node, None);
+        let event = tokio::time::timeout(WAIT, watch.changed()).await?;
+        let t1 = Instant::now();
+        delete.await?;
+        if event.event_type != zk::EventType::NodeDeleted {
+            return Err(format!("baseline: unexpected event {event:?}").into());
+        }
+        if r >= warmup {
+            out.push(t1 - t0);
+        }
+    }
+    writer.delete(path, None).await?;
+    Ok(out)
+}
+
+#[derive(Default)]
+struct Failovers {
+    clean: Vec<Duration>,
+    expire: Vec<Duration>,
+    expire_call: Vec<Duration>,
+}
+
+/// Our election: `clean` resignations, then `expire` forced expiries, after warm-ups.
+async fn rust_failover(
+    direct: &str,
+    addr: SocketAddr,
+    path: &str,
+    opts: &Opts,
+    mark: bool,
+    clean: usize,
+    expire: usize,
+) -> Res<Failovers> {
+    let k = opts.candidates;
+    let mut proxies = Vec::new();
+    let mut sessions = Vec::new();
+    for _ in 0..k {
+        let proxy = FaultProxy::start(addr)?;
+        sessions.push(
+            Session::builder(proxy.addr().to_string())
+                .with_session_timeout(SESSION_TIMEOUT)
+                .connect()
+                .await?,
+        );
+        proxies.push(proxy);
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, Instant, Leadership)>();
+    let go: Vec<Arc<Notify>> = (0..k).map(|_| Arc::new(Notify::new())).collect();
+    let mut tasks = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        let election = Election::new(s, path, format!("rust-{i}"))?.with_release_mark(mark);
+        let (tx, go) = (tx.clone(), go[i].clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                match election.campaign().await {
+                    Ok(l) => {
+                        let now = Instant::now();
+                        if tx.send((i, now, l)).is_err() {
+                            return;
+                        }
+                        go.notified().await;
+                    }
+                    Err(Error::Closed) => return,
+                    Err(e) => {
+                        eprintln!("rust-{i}: campaign failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }));
+        if i == 0 {
+            // The first candidate leads; the others queue behind it in order.
+            while Election::new(s, path, "probe")?
+                .participants()
+                .await?
+                .is_empty()
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+    // Reads go through a session of their own, which the expiries do not touch.
+    let observer_session = Session::builder(direct)
+        .with_session_timeout(SESSION_TIMEOUT)
+        .connect()
+        .await?;
+    let observer = Election::new(&observer_session, path, "observer")?;
+    let (mut cur, _, mut leadership) = next(&mut rx).await?;
+    let mut out = Failovers::default();
+    let wait_all = || async {
+        let deadline = Instant::now() + WAIT;
+        while observer.participants().await?.len() != k {
+            if Instant::now() > deadline {
+                return Err::<(), BoxError>("candidates did not all queue".into());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(SETTLE).await;
+        Ok(())
+    };
+    let clean_warmup = if clean > 0 { opts.warmup } else { 0 };
+    for r in 0..clean_warmup + clean {
+        wait_all().await?;
+        let t0 = Instant::now();
+        leadership.resign().await?;
+        go[cur].notify_one();
+        let (n, t1, l) = next(&mut rx).await?;
+        if r >= clean_warmup {
+            out.clean.push(t1 - t0);
+        }
+        (cur, leadership) = (n, l);
+    }
+    let expire_warmup = if expire > 0 { opts.warmup.min(2) } else { 0 };
+    for r in 0..expire_warmup + expire {
+        wait_all().await?;
+        let info = sessions[cur]
+            .zk_session_info()
+            .ok_or("the leader's session is not connected")?;
+        let t0 = Instant::now();
+        expire_session(&[&proxies[cur]], direct, info).await?;
+        let called = Instant::now();
+        let (n, t1, l) = next(&mut rx).await?;
+        if r >= expire_warmup {
+            out.expire.push(t1 - t0);
+            out.expire_call.push(called - t0);
+        }
+        drop(std::mem::replace(&mut leadership, l));
+        go[cur].notify_one();
+        cur = n;
+    }
+    drop(leadership);
+    for t in &tasks {
+        t.abort();
+    }
+    for s in sessions.iter().chain([&observer_session]) {
+        s.close().await;
+    }
+    Ok(out)
+}
+
+/// The next election reported by a candidate task.
+async fn next(
+    rx: &mut mpsc::UnboundedReceiver<(usize, Instant, Leadership)>,
+) -> Res<(usize, Instant, Leadership)> {
+    Ok(tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .map_err(|_| "no leader elected within 30 s")?
+        .ok_or("candidates gone")?)
+}
+
+/// Curator's LeaderLatch through `tests/interop/LatchBench.java`.
+fn curator_failover(direct: &str, path: &str, opts: &Opts) -> Res<Failovers> {
+    let classes = build_latch_bench()?;
+    let cp = format!("{}:{}", classes.display(), jar_classpath()?);
+    let mut child = Command::new("java")
+        .args(["-XX:+UseSerialGC", "-cp", &cp, "LatchBench", direct, path])
+        .args(
+            [
+                opts.candidates,
+                opts.warmup,
+                opts.rounds,
+                opts.expire_rounds,
+            ]
+            .map(|n| n.to_string()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut out = Failovers::default();
+    let mut done = false;
+    for line in BufReader::new(child.stdout.take().ok_or("no stdout")?).lines() {
+        let line = line?;
+        let mut it = line.split_whitespace();
+        match (it.next(), it.next().and_then(|n| n.parse::<u64>().ok())) {
+            (Some("CLEAN"), Some(ns)) => out.clean.push(Duration::from_nanos(ns)),
+            (Some("EXPIRE"), Some(ns)) => out.expire.push(Duration::from_nanos(ns)),
+            (Some("DONE"), _) => done = true,
+            (Some("ERR"), _) => return Err(format!("LatchBench: {line}").into()),
+            _ => {}
+        }
+    }
+    let status = child.wait()?;
+    if !done || !status.success() {
+        return Err(format!("LatchBench ended with {status} before DONE").into());
+    }
+    Ok(out)
+}
+
+fn jar_classpath() -> Res<String> {
+    let mut cp = Vec::new();
+    for j in CLIENT_JARS {
+        let p = Path::new(JAVA_DIR).join(j);
+        if !p.is_file() {
+            return Err(format!(
+                "missing {} (apt-get install -y libcurator-recipes-java zookeeper libslf4j-java)",
+                p.display()
+            )
+            .into());
+        }
+        cp.push(p.display().to_string());
+    }
+    Ok(cp.join(":"))
+}
+
+/// Compiles LatchBench.java into `target/latch-bench/<hash of source>` unless already there.
+fn build_latch_bench() -> Res<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let src = manifest.join("tests/interop/LatchBench.java");
+    let text = std::fs::read(&src)?;
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("target"));
+    let dir = target
+        .join("latch-bench")
+        .join(format!("{:016x}", h.finish()));
+    if dir.join("LatchBench.class").is_file() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let out = Command::new("javac")
+        .args(["-nowarn", "-d"])
+        .arg(&dir)
+        .arg("-cp")
+        .arg(jar_classpath()?)
+        .arg(&src)
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "javac LatchBench.java failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(dir)
+}

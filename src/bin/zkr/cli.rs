@@ -1,0 +1,291 @@
+//! The argument grammar. Usage errors exit with status 2 (clap's own, and ours).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::duration;
+
+const AFTER_HELP: &str = "\
+Exit status:
+  CMD's status   CMD ran to the end under the lock (128+N if signal N ended it)
+  75             the lock was not acquired (--try found it busy, or --timeout passed)
+  76             the lock or leadership was lost while CMD ran (CMD got SIGTERM, then SIGKILL)
+  69             ZooKeeper could not be reached within the connect timeout
+  2              usage error
+  1              any other error
+CMD runs in its own process group with ZK_LOCK_PATH, ZK_LOCK_NODE, ZK_FENCING_TOKEN (decimal)
+and ZK_SESSION_ID (hex) in its environment. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
+SIGUSR2 sent to zkr are passed on to it. Set ZKR_LOG=debug for the library's logs.";
+
+/// ZooKeeper coordination from the shell: run a command under a fair lock, a semaphore, a
+/// read/write lock or a leadership, and see who holds what.
+#[derive(Debug, Parser)]
+#[command(name = "zkr", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options of every command that talks to ZooKeeper.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// ZooKeeper servers, `host:port[,host:port...]`, optionally with a `/chroot` suffix
+    /// [default: $ZK_CONNECT]
+    #[arg(
+        long,
+        env = "ZK_CONNECT",
+        value_name = "HOSTS",
+        global = true,
+        hide_env = true,
+        help_heading = "ZooKeeper options"
+    )]
+    pub connect: Option<String>,
+
+    /// Session timeout to ask for; also the connect timeout unless --connect-timeout is given
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration::parse, global = true, help_heading = "ZooKeeper options")]
+    pub session_timeout: Duration,
+
+    /// How long to try reaching ZooKeeper before exiting 69 [default: the session timeout]
+    #[arg(long, value_name = "DUR", value_parser = duration::parse, global = true, help_heading = "ZooKeeper options")]
+    pub connect_timeout: Option<Duration>,
+
+    /// Root every path under this ZooKeeper node (it must exist)
+    #[arg(
+        long,
+        value_name = "PATH",
+        global = true,
+        help_heading = "ZooKeeper options"
+    )]
+    pub chroot: Option<String>,
+
+    /// When a held lock counts as lost: `grace` (the connection was down long enough that
+    /// the server may have expired the session), `suspend` (any disconnect), `expiry` (only a
+    /// known expiry)
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = Policy::Grace, global = true, help_heading = "ZooKeeper options")]
+    pub loss_policy: Policy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    Grace,
+    Suspend,
+    Expiry,
+}
+
+impl Policy {
+    pub fn to_loss_policy(self) -> zk_recipes::LossPolicy {
+        match self {
+            Policy::Grace => zk_recipes::LossPolicy::Grace,
+            Policy::Suspend => zk_recipes::LossPolicy::OnSuspend,
+            Policy::Expiry => zk_recipes::LossPolicy::OnExpiry,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    /// Apache Curator's node names (`_c_<uuid>-lock-<seq>`), the default
+    Curator,
+    /// kazoo's node names (`<hex>__lock__<seq>`)
+    Kazoo,
+}
+
+impl LayoutArg {
+    pub fn to_layout(self) -> zk_recipes::Layout {
+        match self {
+            LayoutArg::Curator => zk_recipes::Layout::Curator,
+            LayoutArg::Kazoo => zk_recipes::Layout::Kazoo,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run CMD while holding the fair lock PATH (or a semaphore lease, or the simple lock)
+    Lock(LockArgs),
+    /// Run CMD while holding a read lock of the read/write lock PATH
+    Read(RwArgs),
+    /// Run CMD while holding the write lock of the read/write lock PATH
+    Write(RwArgs),
+    /// Campaign for leadership of PATH and run CMD while leader
+    Elect(ElectArgs),
+    /// Print the current leader's id of the election PATH (exit status 1 when there is none)
+    Leader(LeaderArgs),
+    /// List the holders and waiters of PATH, in queue order
+    Holders(HoldersArgs),
+    /// Run a private ZooKeeper server in the foreground and print its connect string
+    Server(ServerArgs),
+}
+
+/// How to wait for a lock, and how to stop CMD when it is lost.
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Give up (exit 75) if the lock is not acquired within DUR
+    #[arg(long, value_name = "DUR", value_parser = duration::parse, conflicts_with = "try_lock")]
+    pub timeout: Option<Duration>,
+
+    /// Do not wait: exit 75 at once if the lock is busy
+    #[arg(long = "try", id = "try_lock")]
+    pub try_lock: bool,
+
+    /// When the lock is lost, how long CMD has between SIGTERM and SIGKILL
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
+    pub grace: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The lock path (the directory of contender nodes; for --simple, the lock node)
+    pub path: String,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// Take one of N leases of a counting semaphore instead of the lock
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "simple")]
+    pub permits: Option<u32>,
+
+    /// Use the simple exclusive-ephemeral lock (one node, no queue, no fairness)
+    #[arg(long)]
+    pub simple: bool,
+
+    /// Node naming, to share the lock with Curator or kazoo clients [default: curator]
+    #[arg(long, value_enum, conflicts_with_all = ["simple", "permits"])]
+    pub layout: Option<LayoutArg>,
+
+    /// The command to run under the lock
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct RwArgs {
+    /// The read/write lock path
+    pub path: String,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// Node naming, to share the lock with Curator or kazoo clients [default: curator]
+    #[arg(long, value_enum)]
+    pub layout: Option<LayoutArg>,
+
+    /// The command to run under the lock
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The election path
+    pub path: String,
+
+    /// This candidate's id, shown by `zkr leader` (and in ZK_LEADER_ID)
+    #[arg(long)]
+    pub id: String,
+
+    /// When leadership is lost, how long CMD has between SIGTERM and SIGKILL
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
+    pub grace: Duration,
+
+    /// The command to run while leader
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// The election path
+    pub path: String,
+
+    /// Print one line per leader change until interrupted
+    #[arg(long)]
+    pub watch: bool,
+
+    /// Print JSON (one object per line with --watch)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HoldersArgs {
+    /// The lock, semaphore or election path
+    pub path: String,
+
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+
+    /// The number of permits of a semaphore, to tell its holders from its waiters
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub permits: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// The client port [default: a free port]
+    #[arg(long, value_name = "P")]
+    pub port: Option<u16>,
+
+    /// Keep data, zoo.cfg and zookeeper.log in D [default: a temporary directory]
+    #[arg(long, value_name = "D")]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn try_and_timeout_conflict() {
+        let err = Cli::try_parse_from([
+            "zkr",
+            "lock",
+            "/a",
+            "--try",
+            "--timeout",
+            "1s",
+            "--",
+            "true",
+        ])
+        .unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn cmd_needs_the_separator() {
+        assert!(Cli::try_parse_from(["zkr", "lock", "/a", "true"]).is_err());
+        let cli = Cli::try_parse_from(["zkr", "lock", "/a", "--", "sh", "-c", "echo --x"]).unwrap();
+        let Command::Lock(args) = cli.command else {
+            panic!("not lock")
+        };
+        assert_eq!(args.cmd, ["sh", "-c", "echo --x"]);
+    }
+
+    #[test]
+    fn global_options_go_anywhere() {
+        let cli = Cli::try_parse_from([
+            "zkr",
+            "holders",
+            "/a",
+            "--connect",
+            "h:1",
+            "--session-timeout",
+            "2s",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.connect.as_deref(), Some("h:1"));
+        assert_eq!(cli.global.session_timeout, Duration::from_secs(2));
+    }
+}

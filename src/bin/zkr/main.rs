@@ -1,0 +1,130 @@
+//! `zkr`: ZooKeeper coordination recipes from the shell.
+//!
+//! ```text
+//! zkr lock /jobs/nightly -- ./nightly.sh        # run under the fair lock
+//! zkr elect /services/mailer --id "$(hostname)" -- ./mailer   # run while leader
+//! zkr holders /jobs/nightly                     # who holds, who waits
+//! ```
+//!
+//! # Exit status
+//!
+//! CMD's own status when it ran to the end under the lock (128+N if signal N ended it); 75
+//! when the lock was not acquired (`--try` found it busy, `--timeout` passed); 76 when the
+//! lock or leadership was lost while CMD ran; 69 when ZooKeeper cannot be reached within the
+//! connect timeout; 2 for usage errors; 1 for anything else. A message on stderr says which.
+//!
+//! # Modules
+//!
+//! * [`cli`]: the argument grammar (clap).
+//! * [`run`]: runs CMD in its own process group under a held lock and supervises it: loss,
+//!   pauses of `zkr` itself, signals.
+//! * [`wait`]: acquiring with progress on stderr.
+//! * [`show`]: `holders` and `leader`, and the queue roles both use.
+//! * [`server`]: `zkr server`, a private ZooKeeper through the test harness.
+
+mod cli;
+mod commands;
+mod duration;
+mod run;
+mod server;
+mod show;
+mod signals;
+mod wait;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+/// Exit status: usage error (clap uses the same).
+pub const EXIT_USAGE: i32 = 2;
+/// Exit status: any error without a status of its own.
+pub const EXIT_FAILURE: i32 = 1;
+/// Exit status: ZooKeeper could not be reached within the connect timeout (EX_UNAVAILABLE).
+pub const EXIT_UNREACHABLE: i32 = 69;
+/// Exit status: the lock was not acquired: busy with `--try`, or `--timeout` passed
+/// (EX_TEMPFAIL).
+pub const EXIT_NOT_ACQUIRED: i32 = 75;
+/// Exit status: the lock or leadership was lost while CMD ran (EX_PROTOCOL).
+pub const EXIT_LOST: i32 = 76;
+
+/// A failure that ends `zkr`: the status to exit with and the message for stderr.
+#[derive(Debug)]
+pub struct Fail {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Fail {
+    pub fn new(code: i32, message: impl Into<String>) -> Fail {
+        Fail {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Fail {
+        Fail::new(EXIT_USAGE, message)
+    }
+
+    /// Maps a library error to the documented status.
+    pub fn from_error(context: &str, err: zk_recipes::Error) -> Fail {
+        use zk_recipes::Error as E;
+        let code = match &err {
+            E::InvalidPath { .. } | E::InvalidArgument(_) | E::Unsupported(_) => EXIT_USAGE,
+            E::Unreachable { .. } => EXIT_UNREACHABLE,
+            E::Timeout | E::WouldBlock => EXIT_NOT_ACQUIRED,
+            E::LockLost(_) => EXIT_LOST,
+            _ => EXIT_FAILURE,
+        };
+        if context.is_empty() {
+            Fail::new(code, err.to_string())
+        } else {
+            Fail::new(code, format!("{context}: {err}"))
+        }
+    }
+}
+
+/// What a command ends with: an exit status, or a failure with a message.
+pub type Outcome = Result<i32, Fail>;
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("ZKR_LOG").unwrap_or_else(|_| EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_tracing();
+    let outcome = match cli.command {
+        Command::Server(ref args) => server::run(args),
+        _ => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("zkr: cannot start the async runtime: {e}");
+                    std::process::exit(EXIT_FAILURE);
+                }
+            };
+            let outcome = runtime.block_on(commands::run(cli));
+            // Everything that matters (releases, closing the session) was awaited; do not wait
+            // for background tasks (a session reconnecting after a loss, say).
+            runtime.shutdown_background();
+            outcome
+        }
+    };
+    let code = match outcome {
+        Ok(code) => code,
+        Err(fail) => {
+            eprintln!("zkr: {}", fail.message);
+            fail.code
+        }
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,231 @@
+//! Acquiring with progress on stderr.
+//!
+//! On a terminal a live line, redrawn every second:
+//! `zkr: waiting for /jobs/nightly: 3 ahead, held by web-1:4242 for 12s`. Otherwise (a cron
+//! log, a pipe) one line when the wait starts and one when the lock is acquired. A lock that is
+//! free is acquired before the first look at the queue (50 ms), so it prints nothing.
+
+use std::future::Future;
+use std::io::Write;
+use std::pin::pin;
+use std::time::{Duration, Instant};
+
+use zk_recipes::{Contender, ExclusiveLock, NodeKind, Session};
+
+use crate::duration::human;
+use crate::show::{held_by, roles, Role};
+use crate::signals::Signals;
+
+/// How a wait is described: which queue, and how to find our place in it.
+pub struct Progress {
+    session: Session,
+    path: String,
+    what: Queue,
+    /// An election: "waiting to lead", "led by".
+    election: bool,
+}
+
+enum Queue {
+    /// Contender nodes of these kinds under the path.
+    Nodes {
+        kinds: &'static [NodeKind],
+        permits: Option<usize>,
+    },
+    /// The simple lock: one node, no queue.
+    Simple(ExclusiveLock),
+}
+
+/// Where we stand.
+struct Snapshot {
+    /// True while someone else holds what we wait for.
+    blocked: bool,
+    line: String,
+}
+
+impl Progress {
+    /// Progress through a queue of contender nodes of `kinds` (the first `permits` hold, for
+    /// a semaphore).
+    pub fn queue(
+        session: &Session,
+        path: &str,
+        kinds: &'static [NodeKind],
+        permits: Option<usize>,
+    ) -> Progress {
+        Progress {
+            session: session.clone(),
+            path: path.to_string(),
+            what: Queue::Nodes { kinds, permits },
+            election: false,
+        }
+    }
+
+    /// Progress of a candidate of the election `path`.
+    pub fn election(session: &Session, path: &str) -> Progress {
+        Progress {
+            election: true,
+            ..Progress::queue(session, path, &[NodeKind::Latch], None)
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        if self.election {
+            "led"
+        } else {
+            "held"
+        }
+    }
+
+    /// Progress on the simple lock `lock`.
+    pub fn simple(session: &Session, path: &str, lock: ExclusiveLock) -> Progress {
+        Progress {
+            session: session.clone(),
+            path: path.to_string(),
+            what: Queue::Simple(lock),
+            election: false,
+        }
+    }
+
+    async fn contenders(&self) -> Option<(Vec<Contender>, Option<usize>)> {
+        match &self.what {
+            Queue::Nodes { kinds, permits } => {
+                let list = zk_recipes::list_contenders(&self.session, &self.path)
+                    .await
+                    .ok()?;
+                let list = list
+                    .into_iter()
+                    .filter(|c| kinds.contains(&c.node.kind))
+                    .collect();
+                Some((list, *permits))
+            }
+            Queue::Simple(lock) => {
+                let holder = lock.holder().await.ok()?;
+                Some((holder.into_iter().filter(|h| h.owner != 0).collect(), None))
+            }
+        }
+    }
+
+    /// Who holds now, as ` (held by … for …)`, or empty: for the `--try` refusal.
+    pub async fn holder_note(&self) -> String {
+        let Some((list, permits)) = self.contenders().await else {
+            return String::new();
+        };
+        let roles = roles(&list, permits);
+        let holders: Vec<&Contender> = list
+            .iter()
+            .zip(&roles)
+            .filter(|(_, r)| **r == Role::Holder)
+            .map(|(c, _)| c)
+            .collect();
+        held_by(&holders, self.verb())
+            .map(|h| format!(" ({h})"))
+            .unwrap_or_default()
+    }
+
+    /// Our place, or `None` until our node is visible (or on a read error).
+    async fn snapshot(&self) -> Option<Snapshot> {
+        let me = self.session.session_id()?;
+        let (list, permits) = self.contenders().await?;
+        let roles = roles(&list, permits);
+        let holders: Vec<&Contender> = list
+            .iter()
+            .zip(&roles)
+            .filter(|(c, r)| **r == Role::Holder && c.owner != me)
+            .map(|(c, _)| c)
+            .collect();
+        let held = held_by(&holders, self.verb());
+        if let Queue::Simple(_) = self.what {
+            return Some(Snapshot {
+                blocked: held.is_some(),
+                line: format!(
+                    "waiting for {}: {}",
+                    self.path,
+                    held.unwrap_or_else(|| "free".into())
+                ),
+            });
+        }
+        let mine = list.iter().position(|c| c.owner == me)?;
+        let mut line = if self.election {
+            format!("waiting to lead {}: {mine} ahead", self.path)
+        } else {
+            format!("waiting for {}: {mine} ahead", self.path)
+        };
+        if let Some(held) = held {
+            line.push_str(", ");
+            line.push_str(&held);
+        }
+        Some(Snapshot {
+            blocked: roles[mine] != Role::Holder,
+            line,
+        })
+    }
+}
+
+fn stderr_is_terminal() -> bool {
+    // SAFETY: isatty has no memory preconditions.
+    unsafe { libc::isatty(2) == 1 }
+}
+
+const CLEAR_LINE: &str = "\r\x1b[2K";
+
+/// Awaits `acquire` while reporting progress (unless `quiet`). `Err(signal)` if a stopping
+/// signal came first (the acquire is dropped, which removes our node in the background).
+pub async fn acquire<T>(
+    acquire: impl Future<Output = zk_recipes::Result<T>>,
+    progress: &Progress,
+    signals: &mut Signals,
+    quiet: bool,
+) -> Result<zk_recipes::Result<T>, i32> {
+    let tty = stderr_is_terminal();
+    let started = Instant::now();
+    let mut acquire = pin!(acquire);
+    let mut announced = false;
+    let mut live = false;
+    let mut next = (!quiet).then(|| Instant::now() + Duration::from_millis(50));
+    loop {
+        let look = async {
+            match next {
+                Some(at) => {
+                    tokio::time::sleep_until(at.into()).await;
+                    progress.snapshot().await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            result = &mut acquire => {
+                if live {
+                    eprint!("{CLEAR_LINE}");
+                }
+                if announced && result.is_ok() {
+                    eprintln!("zkr: acquired {} after {}", progress.path, human(started.elapsed()));
+                }
+                return Ok(result);
+            }
+            sig = signals.recv_stop() => {
+                if live {
+                    eprintln!();
+                }
+                return Err(sig);
+            }
+            snapshot = look => {
+                match snapshot {
+                    None => next = Some(Instant::now() + Duration::from_millis(100)),
+                    Some(s) if !s.blocked => next = Some(Instant::now() + Duration::from_millis(200)),
+                    Some(s) => {
+                        if tty {
+                            eprint!("{CLEAR_LINE}zkr: {}", s.line);
+                            let _ = std::io::stderr().flush();
+                            live = true;
+                            next = Some(Instant::now() + Duration::from_secs(1));
+                        } else {
+                            eprintln!("zkr: {}", s.line);
+                            next = None;
+                        }
+                        announced = true;
+                    }
+                }
+            }
+        }
+    }
+}

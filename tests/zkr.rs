@@ -1,0 +1,1152 @@
+//! Tests of the `zkr` command, driving the built binary against a real ZooKeeper
+//! (`zk_recipes::testing::shared_server()`).
+//!
+//! Every CMD is a small `sh -c` script that appends lines to a log file; the tests read the
+//! log (and the znodes, through a client of their own) to check what happened. Every wait is
+//! bounded, every spawned `zkr` is terminated on drop (SIGTERM, which it passes on to its CMD,
+//! then SIGKILL), and the scripts' loops end by themselves after 30 s so nothing outlives a
+//! failed test for long. Tests that cut a connection use a `FaultProxy` of their own.
+
+mod support;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use zk_recipes::testing::{shared_server, unique_root, FaultProxy};
+use zookeeper_client as zk;
+
+use support::history::InteropLine;
+use support::interop::Peer;
+
+const ZKR: &str = env!("CARGO_BIN_EXE_zkr");
+
+/// A CMD loop that runs until killed, or 30 s at most.
+const LOOP: &str = "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done";
+
+// ------------------------------------------------------------------------------------------
+// Helpers
+// ------------------------------------------------------------------------------------------
+
+fn direct() -> String {
+    shared_server().connect_string()
+}
+
+/// `zkr --connect CONNECT --session-timeout 2s ARGS...`, with ZK_CONNECT removed.
+fn zkr(connect: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(ZKR);
+    c.env_remove("ZK_CONNECT")
+        .args(["--connect", connect, "--session-timeout", "2s"])
+        .args(args);
+    c
+}
+
+/// `zkr ARGS...` with no ZooKeeper address at all.
+fn zkr_bare(args: &[&str]) -> Command {
+    let mut c = Command::new(ZKR);
+    c.env_remove("ZK_CONNECT").args(args);
+    c
+}
+
+/// A running `zkr` whose output is collected by background threads.
+struct Proc {
+    label: String,
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    status: Option<ExitStatus>,
+}
+
+fn collect(mut from: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let buf = Arc::new(Mutex::new(String::new()));
+    let sink = buf.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = from.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
+    buf
+}
+
+impl Proc {
+    fn spawn(label: &str, mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {label} ({ZKR}): {e}"));
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        Proc {
+            label: label.to_string(),
+            child,
+            stdout,
+            stderr,
+            status: None,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) has no memory preconditions.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn try_status(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status
+    }
+
+    /// Waits for the exit status (its code, or -signal), panicking after `within`.
+    fn wait(&mut self, within: Duration) -> i32 {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.try_status() {
+                // Let the reader threads drain the pipes.
+                std::thread::sleep(Duration::from_millis(30));
+                return code_of(status);
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "expected {} to exit within {within:?}; still running\nstderr:\n{}",
+                    self.label,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.try_status().is_some() {
+            return;
+        }
+        self.signal(libc::SIGCONT);
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while self.try_status().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.try_status().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn code_of(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| -status.signal().unwrap_or(0))
+}
+
+/// A finished `zkr`: status, output and how long it took.
+struct Done {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+fn run(label: &str, cmd: Command, within: Duration) -> Done {
+    let started = Instant::now();
+    let mut p = Proc::spawn(label, cmd);
+    let code = p.wait(within);
+    Done {
+        code,
+        stdout: p.stdout(),
+        stderr: p.stderr(),
+        took: started.elapsed(),
+    }
+}
+
+/// A log file in a fresh temporary directory (kept alive by the returned guard).
+fn log_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("log");
+    std::fs::write(&log, "").unwrap();
+    (dir, log)
+}
+
+fn read_lines(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until a line of `log` starts with `prefix`; returns it.
+fn wait_for_line(log: &Path, prefix: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(l) = read_lines(log).into_iter().find(|l| l.starts_with(prefix)) {
+            return l;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "expected a line starting with {prefix:?} in the log within {within:?}; log:\n{}",
+                read_lines(log).join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `f` with a fresh client of the shared server, on a runtime of its own.
+fn with_client<T>(
+    f: impl for<'a> FnOnce(&'a zk::Client) -> futures::future::BoxFuture<'a, T>,
+) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = tokio::time::timeout(Duration::from_secs(10), zk::Client::connect(&direct()))
+            .await
+            .expect("a test client connects within 10s")
+            .expect("a test client connects");
+        let out = tokio::time::timeout(Duration::from_secs(10), f(&client))
+            .await
+            .expect("the test client's request finished within 10s");
+        drop(client);
+        out
+    })
+}
+
+/// The children of `path` (none if it does not exist).
+fn children(path: &str) -> Vec<String> {
+    let path = path.to_string();
+    with_client(move |c| {
+        Box::pin(async move {
+            match c.list_children(&path).await {
+                Ok(mut v) => {
+                    v.sort();
+                    v
+                }
+                Err(zk::Error::NoNode) => Vec::new(),
+                Err(e) => panic!("list_children({path}): {e}"),
+            }
+        })
+    })
+}
+
+fn wait_for_children(path: &str, n: usize, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let c = children(path);
+        if c.len() == n {
+            return c;
+        }
+        if Instant::now() >= deadline {
+            panic!("expected {n} children of {path} within {within:?}, saw {c:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Checks a log of `start <token>` / `end <token>` lines written by CMDs that must not
+/// overlap: each start is followed by its own end, and tokens strictly increase.
+fn assert_serial(lines: &[String], expected_runs: usize) -> Vec<i64> {
+    assert_eq!(
+        lines.len(),
+        expected_runs * 2,
+        "expected {expected_runs} start/end pairs, log:\n{}",
+        lines.join("\n")
+    );
+    let mut tokens = Vec::new();
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ");
+        let end = pair[1].strip_prefix("end ");
+        assert!(
+            start.is_some() && start == end,
+            "CMDs overlapped (expected start X then end X): {pair:?}\nlog:\n{}",
+            lines.join("\n")
+        );
+        tokens.push(
+            start
+                .unwrap()
+                .trim()
+                .split(' ')
+                .next_back()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap_or_else(|e| panic!("bad token in {pair:?}: {e}")),
+        );
+    }
+    for w in tokens.windows(2) {
+        assert!(
+            w[0] < w[1],
+            "fencing tokens must increase from holder to holder: {tokens:?}"
+        );
+    }
+    tokens
+}
+
+// ------------------------------------------------------------------------------------------
+// Locks
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn eight_concurrent_locks_never_overlap_and_tokens_increase() {
+    // Given eight `zkr lock` processes started at once on one path
+    let path = format!("{}/nightly", unique_root("zkr-eight"));
+    let (_dir, log) = log_file();
+    let script = r#"echo "start $ZK_FENCING_TOKEN" >> "$LOG"; sleep 0.1; echo "end $ZK_FENCING_TOKEN" >> "$LOG""#;
+    let mut procs: Vec<Proc> = (0..8)
+        .map(|i| {
+            let mut c = zkr(&direct(), &["lock", &path, "--", "sh", "-c", script]);
+            c.env("LOG", &log);
+            Proc::spawn(&format!("zkr lock #{i}"), c)
+        })
+        .collect();
+    // When they all finish
+    for p in &mut procs {
+        let code = p.wait(Duration::from_secs(30));
+        assert_eq!(
+            code,
+            0,
+            "{} exited {code}; stderr:\n{}",
+            p.label,
+            p.stderr()
+        );
+    }
+    // Then the CMDs ran one at a time, with increasing fencing tokens, and no node is left
+    assert_serial(&read_lines(&log), 8);
+    assert_eq!(children(&path), Vec::<String>::new(), "nodes left behind");
+}
+
+#[test]
+fn try_on_a_held_lock_exits_75_at_once_and_sigterm_reaches_cmd() {
+    let path = format!("{}/job", unique_root("zkr-try"));
+    let (_dir, log) = log_file();
+    // Given a holder whose CMD exits 7 on SIGTERM
+    let script =
+        format!(r#"trap 'echo TERM >> "$LOG"; exit 7' TERM; echo start >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(&direct(), &["lock", &path, "--", "sh", "-c", &script]);
+    c.env("LOG", &log);
+    let mut holder = Proc::spawn("holder", c);
+    wait_for_line(&log, "start", Duration::from_secs(10));
+
+    // When another zkr tries the lock
+    let mut c = zkr(
+        &direct(),
+        &[
+            "lock",
+            "--try",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            r#"echo ran >> "$LOG""#,
+        ],
+    );
+    c.env("LOG", &log);
+    let tried = run("zkr lock --try", c, Duration::from_secs(10));
+    // Then it exits 75 at once, says why, and its CMD never ran
+    assert_eq!(tried.code, 75, "stderr:\n{}", tried.stderr);
+    assert!(
+        tried.took < Duration::from_secs(3),
+        "--try took {:?}",
+        tried.took
+    );
+    assert!(tried.stderr.contains("busy"), "stderr:\n{}", tried.stderr);
+    assert!(!read_lines(&log).contains(&"ran".to_string()));
+
+    // When the holder's zkr gets SIGTERM
+    holder.signal(libc::SIGTERM);
+    // Then CMD got it, and zkr exits with CMD's status after releasing the lock
+    let code = holder.wait(Duration::from_secs(5));
+    assert_eq!(code, 7, "stderr:\n{}", holder.stderr());
+    assert!(read_lines(&log).contains(&"TERM".to_string()));
+    assert_eq!(
+        children(&path),
+        Vec::<String>::new(),
+        "the lock was not released"
+    );
+}
+
+#[test]
+fn timeout_exits_75_after_the_timeout_and_leaves_no_node() {
+    let path = format!("{}/job", unique_root("zkr-timeout"));
+    let (_dir, log) = log_file();
+    let script = format!(r#"echo "node $ZK_LOCK_NODE" >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(&direct(), &["lock", &path, "--", "sh", "-c", &script]);
+    c.env("LOG", &log);
+    let _holder = Proc::spawn("holder", c);
+    let holder_node = wait_for_line(&log, "node ", Duration::from_secs(10));
+    let holder_node = holder_node.rsplit('/').next().unwrap().to_string();
+
+    // When a second zkr waits at most 1s
+    let waited = run(
+        "zkr lock --timeout 1s",
+        zkr(&direct(), &["lock", "--timeout", "1s", &path, "--", "true"]),
+        Duration::from_secs(10),
+    );
+    // Then it exits 75 after about 1s, and only the holder's node is left
+    assert_eq!(waited.code, 75, "stderr:\n{}", waited.stderr);
+    assert!(
+        waited.took >= Duration::from_secs(1) && waited.took < Duration::from_secs(4),
+        "expected to give up after ~1s, took {:?}",
+        waited.took
+    );
+    assert!(
+        waited.stderr.contains("timed out"),
+        "stderr:\n{}",
+        waited.stderr
+    );
+    // Not on a terminal: one line when the wait starts.
+    assert!(
+        waited
+            .stderr
+            .contains(&format!("waiting for {path}: 1 ahead, held by")),
+        "expected a waiting line, stderr:\n{}",
+        waited.stderr
+    );
+    assert_eq!(children(&path), vec![holder_node]);
+}
+
+#[test]
+fn a_holder_cut_off_past_the_session_timeout_stops_cmd_and_exits_76_before_the_next_holder_starts()
+{
+    let path = format!("{}/job", unique_root("zkr-cut"));
+    let (_dir, log) = log_file();
+    let proxy = FaultProxy::start(shared_server().addr()).expect("proxy");
+    let via_proxy = proxy.addr().to_string();
+    // Given A holding the lock through a proxy, and B waiting on a direct connection
+    let script =
+        format!(r#"trap 'echo A-TERM >> "$LOG"; exit 0' TERM; echo A-start >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(&via_proxy, &["lock", &path, "--", "sh", "-c", &script]);
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("A (via proxy)", c);
+    wait_for_line(&log, "A-start", Duration::from_secs(10));
+    let mut c = zkr(
+        &direct(),
+        &["lock", &path, "--", "sh", "-c", r#"echo B-start >> "$LOG""#],
+    );
+    c.env("LOG", &log);
+    let mut b = Proc::spawn("B", c);
+    wait_for_children(&path, 2, Duration::from_secs(10));
+
+    // When A's connection is cut for longer than the session timeout (2s)
+    proxy.set_blocked(true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = a.try_status() {
+            break status;
+        }
+        assert!(
+            !read_lines(&log).contains(&"B-start".to_string()),
+            "B started while A was still running; stderr of A:\n{}",
+            a.stderr()
+        );
+        assert!(Instant::now() < deadline, "A did not exit within 10s");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // Then A's CMD got SIGTERM and A exited 76 before B started
+    let at_a_exit = read_lines(&log);
+    assert_eq!(code_of(status), 76, "stderr of A:\n{}", a.stderr());
+    assert_eq!(at_a_exit, ["A-start", "A-TERM"], "log when A exited");
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(a.stderr().contains("lost"), "stderr of A:\n{}", a.stderr());
+    // And B takes over once the server has expired A's session
+    assert_eq!(
+        b.wait(Duration::from_secs(10)),
+        0,
+        "stderr of B:\n{}",
+        b.stderr()
+    );
+    assert_eq!(read_lines(&log), ["A-start", "A-TERM", "B-start"]);
+}
+
+#[test]
+fn a_deleted_lock_node_stops_cmd_with_sigkill_after_the_grace() {
+    let path = format!("{}/job", unique_root("zkr-deleted"));
+    let (_dir, log) = log_file();
+    // Given a holder whose CMD ignores SIGTERM
+    let script = format!(
+        r#"trap 'echo TERM-ignored >> "$LOG"' TERM; echo "pid $$" >> "$LOG"; echo "node $ZK_LOCK_NODE" >> "$LOG"; {LOOP}"#
+    );
+    let mut c = zkr(
+        &direct(),
+        &["lock", "--grace", "500ms", &path, "--", "sh", "-c", &script],
+    );
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("holder", c);
+    let node = wait_for_line(&log, "node ", Duration::from_secs(10))[5..].to_string();
+    let cmd_pid: i32 = wait_for_line(&log, "pid ", Duration::from_secs(1))[4..]
+        .parse()
+        .unwrap();
+
+    // When someone else deletes its node
+    let deleted_at = Instant::now();
+    with_client({
+        let node = node.clone();
+        move |c| Box::pin(async move { c.delete(&node, None).await })
+    })
+    .unwrap_or_else(|e| panic!("delete {node}: {e}"));
+
+    // Then CMD gets SIGTERM at once, SIGKILL after the 500ms grace, and zkr exits 76
+    wait_for_line(&log, "TERM-ignored", Duration::from_secs(2));
+    assert_eq!(
+        a.wait(Duration::from_secs(5)),
+        76,
+        "stderr:\n{}",
+        a.stderr()
+    );
+    let took = deleted_at.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+        "expected zkr to exit once the 500ms grace was over, took {took:?}"
+    );
+    assert!(
+        a.stderr().contains("SIGKILL") && a.stderr().contains("deleted"),
+        "stderr:\n{}",
+        a.stderr()
+    );
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    let alive = unsafe { libc::kill(cmd_pid, 0) } == 0;
+    assert!(!alive, "CMD (pid {cmd_pid}) survived SIGKILL");
+}
+
+fn pause_kills_cmd_on_resume(policy: &str) {
+    let path = format!("{}/job", unique_root("zkr-pause"));
+    let (_dir, log) = log_file();
+    let script =
+        format!(r#"trap 'echo TERM >> "$LOG"; exit 0' TERM; echo start >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &direct(),
+        &[
+            "--loss-policy",
+            policy,
+            "lock",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("paused zkr", c);
+    wait_for_line(&log, "start", Duration::from_secs(10));
+
+    // When zkr itself is stopped past the session timeout (2s) while its CMD runs on
+    a.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!read_lines(&log).contains(&"TERM".to_string()));
+    let resumed = Instant::now();
+    a.signal(libc::SIGCONT);
+
+    // Then CMD is stopped as soon as zkr runs again, and zkr exits 76
+    wait_for_line(&log, "TERM", Duration::from_secs(5));
+    let after = resumed.elapsed();
+    assert!(
+        after < Duration::from_secs(1),
+        "CMD got SIGTERM {after:?} after zkr resumed; expected at once"
+    );
+    assert_eq!(
+        a.wait(Duration::from_secs(5)),
+        76,
+        "stderr:\n{}",
+        a.stderr()
+    );
+    if policy == "expiry" {
+        // The session manager waits for the server's word under `expiry`: it was zkr's own
+        // clock check that acted.
+        assert!(
+            a.stderr().contains("paused"),
+            "expected zkr's pause check to act, stderr:\n{}",
+            a.stderr()
+        );
+    }
+}
+
+#[test]
+fn a_paused_zkr_kills_cmd_as_soon_as_it_resumes() {
+    pause_kills_cmd_on_resume("grace");
+}
+
+#[test]
+fn a_paused_zkr_kills_cmd_on_resume_by_its_own_clock_check() {
+    pause_kills_cmd_on_resume("expiry");
+}
+
+#[test]
+fn cmd_gets_the_lock_environment_and_its_status_is_passed_on() {
+    let path = format!("{}/env", unique_root("zkr-env"));
+    let (_dir, log) = log_file();
+    // Given a CMD that records its environment, waits for the test to look, and exits 3
+    let script = r#"printf '%s\n' "path $ZK_LOCK_PATH" "node $ZK_LOCK_NODE" "token $ZK_FENCING_TOKEN" "session $ZK_SESSION_ID" >> "$LOG"
+i=0; while [ ! -e "$LOG.go" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; exit 3"#;
+    let mut c = zkr(
+        &direct(),
+        &["lock", "--layout", "kazoo", &path, "--", "sh", "-c", script],
+    );
+    c.env("LOG", &log);
+    let mut p = Proc::spawn("zkr lock --layout kazoo", c);
+    wait_for_line(&log, "session ", Duration::from_secs(10));
+    let lines = read_lines(&log);
+    let get = |k: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{k} ")))
+            .unwrap_or_else(|| panic!("no {k} in {lines:?}"))
+            .to_string()
+    };
+    let (node, token, session) = (get("node"), get("token"), get("session"));
+    assert_eq!(get("path"), path);
+    let name = node
+        .strip_prefix(&format!("{path}/"))
+        .unwrap_or_else(|| panic!("ZK_LOCK_NODE {node:?} is not under {path}"));
+    assert!(
+        name.contains("__lock__"),
+        "--layout kazoo should name the node <hex>__lock__<seq>: {name}"
+    );
+    let token: i64 = token.parse().expect("ZK_FENCING_TOKEN is decimal");
+    let session = i64::from_str_radix(
+        session
+            .strip_prefix("0x")
+            .unwrap_or_else(|| panic!("ZK_SESSION_ID {session:?} is not 0x-hex")),
+        16,
+    )
+    .expect("ZK_SESSION_ID is hex");
+    // Then the node exists, is owned by that session, and its czxid is the fencing token
+    let stat = with_client({
+        let node = node.clone();
+        move |c| Box::pin(async move { c.get_data(&node).await.map(|(_, s)| s) })
+    })
+    .unwrap_or_else(|e| panic!("get_data({node}): {e}"));
+    assert_eq!(stat.czxid, token);
+    assert_eq!(stat.ephemeral_owner, session);
+
+    std::fs::write(log.with_extension("go"), "").unwrap();
+    // Then zkr exits with CMD's status
+    assert_eq!(
+        p.wait(Duration::from_secs(10)),
+        3,
+        "stderr:\n{}",
+        p.stderr()
+    );
+
+    // And a CMD ended by a signal gives 128+N
+    let killed = run(
+        "zkr lock (CMD killed)",
+        zkr(
+            &direct(),
+            &["lock", &path, "--", "sh", "-c", "kill -USR1 $$"],
+        ),
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        killed.code,
+        128 + libc::SIGUSR1,
+        "stderr:\n{}",
+        killed.stderr
+    );
+    // And a CMD that cannot be found gives 127
+    let missing = run(
+        "zkr lock (no CMD)",
+        zkr(&direct(), &["lock", &path, "--", "/nonexistent/cmd"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(missing.code, 127, "stderr:\n{}", missing.stderr);
+    assert!(missing.stderr.contains("cannot run"));
+    assert_eq!(children(&path), Vec::<String>::new());
+}
+
+#[test]
+fn semaphore_and_simple_lock_limit_concurrency() {
+    let root = unique_root("zkr-sem");
+    let (_dir, log) = log_file();
+    // Given five processes on a 2-permit semaphore
+    let sem = format!("{root}/slots");
+    let script = r#"echo "+ $$" >> "$LOG"; sleep 0.4; echo "- $$" >> "$LOG""#;
+    let mut procs: Vec<Proc> = (0..5)
+        .map(|i| {
+            let mut c = zkr(
+                &direct(),
+                &["lock", "--permits", "2", &sem, "--", "sh", "-c", script],
+            );
+            c.env("LOG", &log);
+            Proc::spawn(&format!("zkr lock --permits 2 #{i}"), c)
+        })
+        .collect();
+    for p in &mut procs {
+        assert_eq!(
+            p.wait(Duration::from_secs(30)),
+            0,
+            "stderr:\n{}",
+            p.stderr()
+        );
+    }
+    // Then at most two ran at once (and two did)
+    let max_running = |lines: &[String]| {
+        let (mut now, mut max) = (0i32, 0i32);
+        for l in lines {
+            now += if l.starts_with('+') { 1 } else { -1 };
+            max = max.max(now);
+        }
+        max
+    };
+    assert_eq!(
+        max_running(&read_lines(&log)),
+        2,
+        "log:\n{}",
+        read_lines(&log).join("\n")
+    );
+
+    // Given three processes on the simple lock
+    std::fs::write(&log, "").unwrap();
+    let simple = format!("{root}/simple");
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|i| {
+            let mut c = zkr(
+                &direct(),
+                &["lock", "--simple", &simple, "--", "sh", "-c", script],
+            );
+            c.env("LOG", &log);
+            Proc::spawn(&format!("zkr lock --simple #{i}"), c)
+        })
+        .collect();
+    for p in &mut procs {
+        assert_eq!(
+            p.wait(Duration::from_secs(30)),
+            0,
+            "stderr:\n{}",
+            p.stderr()
+        );
+    }
+    // Then they ran one at a time
+    assert_eq!(
+        max_running(&read_lines(&log)),
+        1,
+        "log:\n{}",
+        read_lines(&log).join("\n")
+    );
+    assert_eq!(read_lines(&log).len(), 6);
+}
+
+#[test]
+fn readers_share_and_writers_exclude() {
+    let path = format!("{}/table", unique_root("zkr-rw"));
+    let (_dir, log) = log_file();
+    let script =
+        |who: &str| format!(r#"echo "+ {who}" >> "$LOG"; sleep 1; echo "- {who}" >> "$LOG""#);
+    let spawn = |mode: &str, who: &str| {
+        let mut c = zkr(&direct(), &[mode, &path, "--", "sh", "-c", &script(who)]);
+        c.env("LOG", &log);
+        Proc::spawn(&format!("zkr {mode} {who}"), c)
+    };
+    // Given two readers, then a writer queued behind them, then a third reader
+    let mut r1 = spawn("read", "r1");
+    let mut r2 = spawn("read", "r2");
+    wait_for_line(&log, "+ r", Duration::from_secs(10));
+    let mut w = spawn("write", "w");
+    wait_for_children(&path, 3, Duration::from_secs(10));
+    let mut r3 = spawn("read", "r3");
+    for p in [&mut r1, &mut r2, &mut w, &mut r3] {
+        assert_eq!(
+            p.wait(Duration::from_secs(20)),
+            0,
+            "stderr:\n{}",
+            p.stderr()
+        );
+    }
+    // Then r1 and r2 overlapped, the writer ran alone, and r3 came after the writer
+    let lines = read_lines(&log);
+    let at = |l: &str| {
+        lines
+            .iter()
+            .position(|x| x == l)
+            .unwrap_or_else(|| panic!("no {l:?} in {lines:?}"))
+    };
+    assert!(
+        at("+ r1").max(at("+ r2")) < at("- r1").min(at("- r2")),
+        "readers did not share: {lines:?}"
+    );
+    assert_eq!(
+        at("- w"),
+        at("+ w") + 1,
+        "the writer overlapped someone: {lines:?}"
+    );
+    assert!(
+        at("+ w") > at("- r1").max(at("- r2")),
+        "the writer ran with readers: {lines:?}"
+    );
+    assert!(
+        at("+ r3") > at("- w"),
+        "r3 overtook the waiting writer: {lines:?}"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// Elections
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn elect_runs_one_leader_at_a_time_and_leader_reports_it() {
+    let path = format!("{}/leader", unique_root("zkr-elect"));
+    let (_dir, log) = log_file();
+    // Given a watcher and three candidates
+    let mut watcher = Proc::spawn(
+        "zkr leader --watch",
+        zkr(&direct(), &["leader", "--watch", &path]),
+    );
+    let script = r#"echo "start $ZK_LEADER_ID $ZK_FENCING_TOKEN" >> "$LOG"; sleep 0.3; echo "end $ZK_LEADER_ID $ZK_FENCING_TOKEN" >> "$LOG""#;
+    let mut candidates: Vec<Proc> = (1..=3)
+        .map(|i| {
+            let id = format!("c{i}");
+            let mut c = zkr(
+                &direct(),
+                &["elect", &path, "--id", &id, "--", "sh", "-c", script],
+            );
+            c.env("LOG", &log);
+            Proc::spawn(&format!("zkr elect {id}"), c)
+        })
+        .collect();
+    for p in &mut candidates {
+        assert_eq!(
+            p.wait(Duration::from_secs(20)),
+            0,
+            "stderr:\n{}",
+            p.stderr()
+        );
+    }
+    // Then they led one at a time, each with a larger token
+    let lines = read_lines(&log);
+    let pairs: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let mut f = l.split(' ');
+            format!("{} {}", f.next().unwrap(), f.nth(1).unwrap())
+        })
+        .collect();
+    assert_serial(&pairs, 3);
+    let order: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("start "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    // And the watcher saw each leader in turn
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let seen = loop {
+        let out = watcher.stdout();
+        let mut seen: Vec<String> = out
+            .lines()
+            .filter(|l| *l != "(none)")
+            .map(str::to_string)
+            .collect();
+        seen.dedup();
+        if (seen.len() >= 3 && out.ends_with("(none)\n")) || Instant::now() >= deadline {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(seen, order, "watcher output:\n{}", watcher.stdout());
+    watcher.signal(libc::SIGINT);
+    assert_eq!(watcher.wait(Duration::from_secs(5)), 0);
+    assert!(
+        watcher.stdout().ends_with("(none)\n"),
+        "{}",
+        watcher.stdout()
+    );
+
+    // Given a long-running leader
+    let script = format!(r#"echo "start $ZK_LEADER_ID" >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &direct(),
+        &["elect", &path, "--id", "c4", "--", "sh", "-c", &script],
+    );
+    c.env("LOG", &log);
+    let mut c4 = Proc::spawn("zkr elect c4", c);
+    wait_for_line(&log, "start c4", Duration::from_secs(10));
+    // Then `zkr leader` names it, in text and JSON
+    let now = run(
+        "zkr leader",
+        zkr(&direct(), &["leader", &path]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        (now.code, now.stdout.as_str()),
+        (0, "c4\n"),
+        "stderr:\n{}",
+        now.stderr
+    );
+    let json = run(
+        "zkr leader --json",
+        zkr(&direct(), &["leader", "--json", &path]),
+        Duration::from_secs(10),
+    );
+    let v: Value = serde_json::from_str(&json.stdout).expect("leader --json prints JSON");
+    assert_eq!(v["leader"]["id"], "c4");
+    assert_eq!(v["path"], path.as_str());
+    // When it is stopped, there is no leader: status 1
+    c4.signal(libc::SIGTERM);
+    assert_eq!(c4.wait(Duration::from_secs(5)), 128 + libc::SIGTERM);
+    let none = run(
+        "zkr leader",
+        zkr(&direct(), &["leader", &path]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        (none.code, none.stdout.as_str()),
+        (1, ""),
+        "stderr:\n{}",
+        none.stderr
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// holders
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn holders_shows_curator_and_kazoo_contenders_with_kind_and_layout() {
+    let path = format!("{}/mixed", unique_root("zkr-holders"));
+    let cs = direct();
+    // Given a Curator InterProcessMutex holding the lock and a kazoo Lock waiting for it
+    let mut curator = Peer::curator("curator", &["hold", &cs, &path, "cur-1"]);
+    curator.wait_ready(Duration::from_secs(60));
+    curator.wait_acquired(Duration::from_secs(30));
+    let mut kazoo = Peer::kazoo("kazoo", &["hold", &cs, &path, "kaz-1"]);
+    kazoo.wait_ready(Duration::from_secs(30));
+    assert!(
+        kazoo
+            .wait_for(Duration::from_secs(10), |l| matches!(
+                l,
+                InteropLine::Req { .. }
+            ))
+            .is_some(),
+        "kazoo did not ask for the lock"
+    );
+    wait_for_children(&path, 2, Duration::from_secs(10));
+
+    // When zkr lists them
+    let out = run(
+        "zkr holders --json",
+        zkr(&cs, &["holders", "--json", &path]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 0, "stderr:\n{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("holders --json prints JSON");
+    let list = v["contenders"].as_array().expect("contenders array");
+    // Then the Curator holder comes first and the kazoo waiter second, each with its layout
+    assert_eq!(list.len(), 2, "{v:#}");
+    let field = |i: usize, k: &str| list[i][k].as_str().unwrap_or_default().to_string();
+    assert_eq!(
+        [field(0, "kind"), field(0, "layout"), field(0, "role")],
+        ["lock", "curator", "holder"],
+        "{v:#}"
+    );
+    assert_eq!(
+        [
+            field(1, "kind"),
+            field(1, "layout"),
+            field(1, "role"),
+            field(1, "data")
+        ],
+        ["lock", "kazoo", "waiter", "kaz-1"],
+        "{v:#}"
+    );
+    assert!(field(0, "node").starts_with("_c_") && field(0, "node").contains("-lock-"));
+    assert!(field(1, "node").contains("__lock__"));
+    assert!(field(0, "owner").starts_with("0x") && field(0, "owner") != field(1, "owner"));
+    // And the table says the same
+    let table = run(
+        "zkr holders",
+        zkr(&cs, &["holders", &path]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(table.code, 0, "stderr:\n{}", table.stderr);
+    let rows: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(rows.len(), 3, "{}", table.stdout);
+    assert!(rows[0].contains("NODE") && rows[0].contains("KIND") && rows[0].contains("OWNER"));
+    assert!(
+        rows[1].contains("holder") && rows[1].contains("curator"),
+        "{}",
+        table.stdout
+    );
+    assert!(
+        rows[2].contains("waiter") && rows[2].contains("kazoo") && rows[2].contains("kaz-1"),
+        "{}",
+        table.stdout
+    );
+    curator.close_stdin();
+    kazoo.close_stdin();
+    drop(curator.finish(Duration::from_secs(10)));
+    drop(kazoo.finish(Duration::from_secs(10)));
+}
+
+// ------------------------------------------------------------------------------------------
+// Errors, server
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn error_paths_print_a_message_and_the_documented_status() {
+    let cases: Vec<(&str, Command, i32, &str)> = vec![
+        (
+            "no --connect and no ZK_CONNECT",
+            zkr_bare(&["lock", "/a", "--", "true"]),
+            2,
+            "ZK_CONNECT",
+        ),
+        (
+            "malformed path",
+            zkr(&direct(), &["lock", "jobs/nightly", "--", "true"]),
+            2,
+            "invalid path",
+        ),
+        (
+            "empty segment",
+            zkr(&direct(), &["holders", "/a//b"]),
+            2,
+            "invalid path",
+        ),
+        (
+            "--timeout with --try",
+            zkr(
+                &direct(),
+                &["lock", "/a", "--try", "--timeout", "1s", "--", "true"],
+            ),
+            2,
+            "cannot be used with",
+        ),
+        (
+            "a duration without a unit",
+            zkr(&direct(), &["lock", "/a", "--timeout", "10", "--", "true"]),
+            2,
+            "no unit",
+        ),
+        ("no CMD", zkr(&direct(), &["lock", "/a"]), 2, "CMD"),
+        (
+            "--simple with --permits",
+            zkr(
+                &direct(),
+                &["lock", "/a", "--simple", "--permits", "2", "--", "true"],
+            ),
+            2,
+            "cannot be used with",
+        ),
+        (
+            "--permits 0",
+            zkr(&direct(), &["lock", "/a", "--permits", "0", "--", "true"]),
+            2,
+            "--permits",
+        ),
+        (
+            "a chroot that does not exist",
+            zkr(
+                &direct(),
+                &["--chroot", &unique_root("zkr-nochroot"), "holders", "/a"],
+            ),
+            2,
+            "chroot",
+        ),
+    ];
+    for (what, cmd, want, needle) in cases {
+        let out = run(what, cmd, Duration::from_secs(10));
+        assert_eq!(
+            out.code, want,
+            "{what}: expected status {want}, got {}; stderr:\n{}",
+            out.code, out.stderr
+        );
+        assert!(
+            out.stderr.contains(needle),
+            "{what}: expected {needle:?} in stderr:\n{}",
+            out.stderr
+        );
+    }
+
+    // ZK_CONNECT stands in for --connect
+    let mut c = zkr_bare(&["holders", &format!("{}/x", unique_root("zkr-env"))]);
+    c.env("ZK_CONNECT", direct());
+    let out = run("ZK_CONNECT", c, Duration::from_secs(10));
+    assert_eq!(out.code, 0, "stderr:\n{}", out.stderr);
+
+    // An unreachable ZooKeeper: 69 once the connect timeout (the 2s session timeout) is up
+    let out = run(
+        "unreachable",
+        zkr("127.0.0.1:1", &["lock", "/a", "--", "true"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 69, "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("cannot reach ZooKeeper"),
+        "stderr:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.took >= Duration::from_millis(1900) && out.took < Duration::from_secs(4),
+        "expected to give up after the 2s connect timeout, took {:?}",
+        out.took
+    );
+}
+
+#[test]
+fn server_prints_its_connect_string_and_stops_on_sigterm() {
+    // Given `zkr server`
+    let mut server = Proc::spawn("zkr server", zkr_bare(&["server"]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let connect = loop {
+        if let Some(line) = server.stdout().lines().next() {
+            break line.to_string();
+        }
+        assert!(
+            server.try_status().is_none(),
+            "zkr server exited; stderr:\n{}",
+            server.stderr()
+        );
+        assert!(Instant::now() < deadline, "no connect string within 60s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(connect.starts_with("127.0.0.1:"), "{connect}");
+    // Then it serves
+    let out = run(
+        "zkr lock (private server)",
+        zkr(&connect, &["lock", "/try-it", "--", "true"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 0, "stderr:\n{}", out.stderr);
+    // When it gets SIGTERM it stops, and the JVM with it
+    server.signal(libc::SIGTERM);
+    assert_eq!(
+        server.wait(Duration::from_secs(15)),
+        0,
+        "stderr:\n{}",
+        server.stderr()
+    );
+    let addr: std::net::SocketAddr = connect.parse().unwrap();
+    assert!(
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
+        "the ZooKeeper JVM still listens on {connect}"
+    );
+}
