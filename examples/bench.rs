@@ -37,8 +37,8 @@
 //!    contender); once every waiter has sent its requests, the gate releases and the clock
 //!    runs until the last waiter has taken and released the lock. Cost per hand-off =
 //!    drain time / N, the median of `--drain-reps` drains (3). Requests per hand-off = what
-//!    the waiters' sessions sent during the drain / N: expected 1, the release multi (the
-//!    client also sends a RemoveWatches for the holder's own-node watch); with one contender
+//!    the waiters' sessions sent during the drain / N: expected 1, the release multi (whose
+//!    own write uses up the holder's own-node watch); with one contender
 //!    per session (N ≤ 50) what a waiter sent between queueing and its grant is measured
 //!    exactly (expected 0). Queueing should cost 4 requests per waiter (create + list, then
 //!    the `exists` watches on the predecessor and on its own node). Server packets and fired
@@ -53,9 +53,9 @@
 //!    Curator, kazoo, ratios, goal, met?. `--peers-file FILE` reads a previous run's METRIC
 //!    lines instead.
 //!
-//! `--nodelay` is an experiment: zookeeper-client 0.11 never sets TCP_NODELAY, so a request
-//! pipelined behind another (create + list, RemoveWatches + multi) waits for the first one's
-//! ack; the flag sets it on our sockets by hand to measure what that costs.
+//! zookeeper-client 0.11 never sets TCP_NODELAY; our session manager sets it on its sockets
+//! (src/net.rs), so the raw `zk::Client` baselines here get it too, by the same means: both
+//! sides of every ratio run with Nagle off.
 //!
 //! The harness's server JVM runs with `-Xmx256m -XX:+UseSerialGC`; the peers' server with the
 //! JVM defaults. Both use Debian's ZooKeeper 3.8.0 and a data directory under `/tmp`.
@@ -106,7 +106,6 @@ usage: cargo run --release --example bench -- [options]
   --drain-sessions N    at most N sessions carry the drain's waiters (default 50)
   --drain-reps N        drains of each size; the median is reported (default 3)
   --herd N              waiters in the herd section (default 50, as PeerBench)
-  --nodelay             experiment: set TCP_NODELAY on this process's ZooKeeper sockets
                         after each connect (zookeeper-client 0.11 leaves Nagle on, which
                         holds a pipelined request back until the previous one is acked)
 
@@ -132,7 +131,6 @@ struct Cfg {
     drain_sessions: usize,
     drain_reps: usize,
     herd: usize,
-    nodelay: bool,
 }
 
 impl Cfg {
@@ -176,7 +174,6 @@ impl Cfg {
             drain_sessions: 50,
             drain_reps: 3,
             herd: 50,
-            nodelay: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -203,7 +200,6 @@ impl Cfg {
                 "--drain" => cfg.drain = list(&value()?)?,
                 "--drain-sessions" => cfg.drain_sessions = value()?.parse::<usize>()?.max(1),
                 "--drain-reps" => cfg.drain_reps = value()?.parse::<usize>()?.max(1),
-                "--nodelay" => cfg.nodelay = true,
                 "--herd" => cfg.herd = value()?.parse::<usize>()?.max(1),
                 other => return Err(format!("unknown argument {other:?}\n\n{HELP}").into()),
             }
@@ -339,16 +335,10 @@ fn fired_watches(connect: &str) -> f64 {
         .sum()
 }
 
-/// `--nodelay`: set TCP_NODELAY on our sockets after each connect.
-static NODELAY: AtomicBool = AtomicBool::new(false);
-
-/// The `--nodelay` experiment: sets TCP_NODELAY on every TCP socket of this process connected
-/// to the port of `cs`. zookeeper-client 0.11 offers no way to do it (it never calls
-/// `set_nodelay`), so the sockets are found through `/proc/self/fd`.
+/// Sets TCP_NODELAY on every TCP socket of this process connected to the port of `cs`, as
+/// the session manager does for its own (zookeeper-client 0.11 never calls `set_nodelay`):
+/// the raw baselines must run with Nagle off too.
 fn nodelay_hack(cs: &str) {
-    if !NODELAY.load(Ordering::Relaxed) {
-        return;
-    }
     let Some(port) = cs
         .split(',')
         .next()
@@ -398,7 +388,6 @@ async fn connect(cs: &str) -> Res<Session> {
         .with_connect_timeout(Duration::from_secs(20))
         .connect()
         .await?;
-    nodelay_hack(cs);
     Ok(session)
 }
 
@@ -643,8 +632,8 @@ async fn uncontended(cs: &str, root: &str, cfg: &Cfg, tag: &str, m: &mut Metrics
         ph.second.pct(50.0),
     );
     println!(
-        "   requests per acquire+release: {per:.2} (expected 5: create + list, own-node exists, \
-         then RemoveWatches + release multi)"
+        "   requests per acquire+release: {per:.2} (expected 3 to 4: create + list, the own-node \
+         exists if the loss monitor ran before the release, then the release multi)"
     );
     drop(lock);
     session.close().await;
@@ -817,8 +806,8 @@ async fn contended(cs: &str, root: &str, cfg: &Cfg, n: usize, m: &mut Metrics) -
         "packets",
     );
     println!(
-        "   requests per acquisition {per:.2} (expected 6 for a waiter: create + list + 2 exists \
-         watches, then RemoveWatches + release multi, 0 on wake-up)"
+        "   requests per acquisition {per:.2} (expected 5 for a waiter: create + list + 2 exists \
+         watches, then the release multi, 0 on wake-up)"
     );
     close_all(&sessions).await;
     Ok(())
@@ -979,8 +968,8 @@ async fn drain(cs: &str, root: &str, cfg: &Cfg, n: usize, m: &mut Metrics) -> Re
     );
     println!(
         "   per waiter: {queue:.2} requests to queue (expected 4: create + list + 2 exists), \
-         {per_handoff:.3} requests per hand-off (expected 1, the release multi; the client also \
-         sends a RemoveWatches for the holder's own-node watch), {packets:.2} server packets and \
+         {per_handoff:.3} requests per hand-off (expected 1, the release multi), \
+         {packets:.2} server packets and \
          {fired:.2} notifications per hand-off"
     );
     Ok(())
@@ -1356,7 +1345,7 @@ fn print_table(ours: &Metrics, peers: Option<&BTreeMap<String, f64>>, tag: &str,
             kazoo: None,
             better: Better::Lower,
             goal: Goal::Info,
-            note: "expected 6 (create, list, 2 exists, RemoveWatches, multi)",
+            note: "expected 5 (create, list, 2 exists, multi)",
         });
     }
     let drains: Vec<usize> = ours
@@ -1388,7 +1377,7 @@ fn print_table(ours: &Metrics, peers: Option<&BTreeMap<String, f64>>, tag: &str,
             kazoo: None,
             better: Better::Lower,
             goal: Goal::Expect(1.0),
-            note: "client-counted; RemoveWatches (own-node watch) + release multi",
+            note: "client-counted: the release multi",
         });
         if let Some(w) = og(&format!("fairlock.drain_n{n}.wake_requests_per_waiter")) {
             rows.push(Row {
@@ -1702,24 +1691,18 @@ fn main() {
 
 fn real_main() -> Res<()> {
     let cfg = Cfg::parse()?;
-    NODELAY.store(cfg.nodelay, Ordering::Relaxed);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let mut m = Metrics::default();
     println!(
-        "zk-recipes bench: sections {}; warm {} s, dur {} s, cdur {} s; {} cores; load average {}{}",
+        "zk-recipes bench: sections {}; warm {} s, dur {} s, cdur {} s; {} cores; load average {}",
         cfg.sections.join(","),
         cfg.warm,
         cfg.dur,
         cfg.cdur,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         loadavg(),
-        if cfg.nodelay {
-            "; EXPERIMENT --nodelay: TCP_NODELAY forced on our ZooKeeper sockets"
-        } else {
-            ""
-        }
     );
     let ours_sections = cfg.sections.iter().any(|s| s != "peers");
     let mut tag = String::from("fsync_yes");

@@ -666,7 +666,7 @@ impl Observer {
                         }));
                     }
                 }
-                Err(err) if is_transient(&err) => {
+                Err(err) if crate::queue::is_unknown(&err) => {
                     // The epoch ended, or a request was cut off: read again (in the next epoch
                     // if this one is over). Requests made while disconnected wait for the
                     // reconnect, so this does not spin; the backoff covers the rest.
@@ -684,18 +684,6 @@ impl Observer {
             }
         }
     }
-}
-
-fn is_transient(err: &zk::Error) -> bool {
-    matches!(
-        err,
-        zk::Error::ConnectionLoss
-            | zk::Error::Custom(_)
-            | zk::Error::SessionExpired
-            | zk::Error::ClientClosed
-            | zk::Error::Timeout
-            | zk::Error::SessionMoved
-    )
 }
 
 /// The lowest latch node among `children`.

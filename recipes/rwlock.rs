@@ -617,7 +617,7 @@ impl RwLock {
             Err(err) => {
                 // Unknown outcome: the pending node is looked for by its protection id and
                 // deleted. A definite error created nothing.
-                pending.armed = is_unknown(&err);
+                pending.armed = queue::is_unknown(&err);
                 tracing::warn!(dir = spec.dir, %err, "downgrade: cannot create the read node; keeping the write node");
                 return Placement::KeepWrite;
             }
@@ -657,18 +657,6 @@ impl RwLock {
             own_watch: None,
         })
     }
-}
-
-/// Errors after which a request may or may not have been applied.
-fn is_unknown(err: &zk::Error) -> bool {
-    matches!(
-        err,
-        zk::Error::ConnectionLoss
-            | zk::Error::Custom(_)
-            | zk::Error::SessionExpired
-            | zk::Error::ClientClosed
-            | zk::Error::Timeout
-    )
 }
 
 const _: () = {

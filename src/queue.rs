@@ -608,7 +608,9 @@ async fn relist(
     Ok(lower)
 }
 
-fn is_unknown(err: &zk::Error) -> bool {
+/// Errors after which a request may or may not have been applied, or the session is gone:
+/// the caller re-reads, retries or re-queues rather than failing.
+pub(crate) fn is_unknown(err: &zk::Error) -> bool {
     matches!(
         err,
         zk::Error::ConnectionLoss
@@ -616,6 +618,7 @@ fn is_unknown(err: &zk::Error) -> bool {
             | zk::Error::SessionExpired
             | zk::Error::ClientClosed
             | zk::Error::Timeout
+            | zk::Error::SessionMoved
     )
 }
 
