@@ -343,7 +343,10 @@ async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> 
         let connecting = async {
             #[cfg(feature = "tls")]
             if let Some(tls) = &config.tls {
-                return connector.with_tls(tls.clone()).secure_connect(&target).await;
+                return connector
+                    .with_tls(tls.clone())
+                    .secure_connect(&target)
+                    .await;
             }
             connector.connect(&target).await
         };

@@ -55,6 +55,7 @@ const LOGGER_JARS: [&str; 2] = [
     "/usr/share/java/slf4j-simple.jar",
     "/usr/share/java/slf4j-nop.jar",
 ];
+const NETTY_CODEC_JAR: &str = "/usr/share/java/netty-codec.jar";
 const STANDALONE_MAIN: &str = "org.apache.zookeeper.server.ZooKeeperServerMain";
 const QUORUM_MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
 const LOG_FILE: &str = "zookeeper.log";
@@ -197,6 +198,12 @@ impl JavaEnv {
                 if let Some(logger) = LOGGER_JARS.iter().find(|jar| Path::new(jar).is_file()) {
                     cp.push(':');
                     cp.push_str(logger);
+                }
+                // NettyServerCnxnFactory (TLS client ports) needs netty-codec, which the
+                // manifest of Debian's zookeeper.jar does not list.
+                if Path::new(NETTY_CODEC_JAR).is_file() {
+                    cp.push(':');
+                    cp.push_str(NETTY_CODEC_JAR);
                 }
                 cp
             }

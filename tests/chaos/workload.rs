@@ -1,0 +1,691 @@
+//! The contenders of the chaos suite, what they record, and the checks run on the records.
+//!
+//! Every recipe run has one directory and [`CONTENDERS`] contenders, each on its own session.
+//! A contender's *cycle* acquires once, records the hold ([`Hold`]: acquired after the acquire
+//! returned, released just before the release call or when told of the loss), writes to a
+//! token-checking store while it holds (exclusive kinds only), and releases.
+//!
+//! Fault injectors record [`Window`]s: which contender a fault hit, when, whether the hold must
+//! end in a loss notice (`expect_loss`), and whether the fault took the lock away at once
+//! (`cut`: a forced session close, a node deleted by an administrator, a frozen process). A
+//! holder cannot learn of such a fault before it happens, so its hold is trusted only up to the
+//! start of the fault; after that, its writes are the fencing token's job, and the store must
+//! refuse them once a newer holder has written. Faults that only cut connections or stop servers
+//! do not cut: under the default `Grace` loss policy the holder must be told before the server
+//! can hand the lock on, so its whole hold is checked.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use zk_recipes::testing::{monotonic_nanos, FaultProxy};
+use zk_recipes::{zk, Election, Error, FairLock, RwLock, Semaphore, Session};
+
+use crate::support::history::{check, check_semaphore, Event, Kind};
+
+/// Session timeout of every contender (the harness servers accept 1 s to 10 s).
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+/// Permits of every semaphore run (`examples/chaos_child.rs` uses the same).
+pub const PERMITS: usize = 2;
+/// Contenders per recipe run.
+pub const CONTENDERS: usize = 8;
+/// An acquire that neither returns nor fails within this is a hang.
+pub const ACQUIRE_DEADLINE: Duration = Duration::from_secs(45);
+/// How long a contender that is not a fault's victim holds.
+pub const HOLD: Duration = Duration::from_millis(40);
+/// How often a holder writes to the store.
+pub const WRITE_EVERY: Duration = Duration::from_millis(25);
+
+/// The recipes under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recipe {
+    Fair,
+    Sem,
+    Rw,
+    Elect,
+}
+
+impl Recipe {
+    pub const ALL: [Recipe; 4] = [Recipe::Fair, Recipe::Sem, Recipe::Rw, Recipe::Elect];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Recipe::Fair => "fair lock",
+            Recipe::Sem => "semaphore",
+            Recipe::Rw => "rw lock",
+            Recipe::Elect => "election",
+        }
+    }
+
+    /// Short form for node paths and contender names.
+    pub fn short(self) -> &'static str {
+        match self {
+            Recipe::Fair => "fair",
+            Recipe::Sem => "sem",
+            Recipe::Rw => "rw",
+            Recipe::Elect => "elect",
+        }
+    }
+
+    /// The `RECIPE` argument of `chaos_child` for a victim (the rw victim writes).
+    pub fn child_arg(self) -> &'static str {
+        match self {
+            Recipe::Fair => "fair",
+            Recipe::Sem => "sem",
+            Recipe::Rw => "write",
+            Recipe::Elect => "elect",
+        }
+    }
+
+    /// What a hold of this recipe is, for the history checker.
+    pub fn kind(self, write: bool) -> Kind {
+        match self {
+            Recipe::Fair => Kind::Exclusive,
+            Recipe::Sem => Kind::Semaphore,
+            Recipe::Rw if write => Kind::Write,
+            Recipe::Rw => Kind::Read,
+            Recipe::Elect => Kind::Leader,
+        }
+    }
+
+    /// Whether contender `idx` writes (rather than reads) in `round`. Victims (index 0) write.
+    pub fn wants_write(self, idx: usize, round: usize) -> bool {
+        self != Recipe::Rw || idx == 0 || (idx + round) % 3 == 0
+    }
+}
+
+/// Whether holds of this kind are alone and so write to the store with their token.
+pub fn writes_to_store(kind: Kind) -> bool {
+    matches!(kind, Kind::Exclusive | Kind::Write | Kind::Leader)
+}
+
+/// A recipe handle.
+pub enum Handle {
+    Fair(FairLock),
+    Sem(Semaphore),
+    Rw(RwLock),
+    Elect(Election),
+}
+
+/// Whatever a recipe returns to its holder.
+pub enum Held {
+    Guard(zk_recipes::LockGuard),
+    Read(zk_recipes::ReadGuard),
+    Write(zk_recipes::WriteGuard),
+    Lead(zk_recipes::Leadership),
+}
+
+impl Held {
+    pub fn path(&self) -> &str {
+        match self {
+            Held::Guard(g) => g.path(),
+            Held::Read(g) => g.path(),
+            Held::Write(g) => g.path(),
+            Held::Lead(g) => g.path(),
+        }
+    }
+
+    pub fn token(&self) -> i64 {
+        match self {
+            Held::Guard(g) => g.fencing_token(),
+            Held::Read(g) => g.fencing_token(),
+            Held::Write(g) => g.fencing_token(),
+            Held::Lead(g) => g.fencing_token(),
+        }
+    }
+
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        match self {
+            Held::Guard(g) => g.lost(),
+            Held::Read(g) => g.lost(),
+            Held::Write(g) => g.lost(),
+            Held::Lead(g) => g.lost(),
+        }
+    }
+
+    pub async fn release(self) -> zk_recipes::Result<()> {
+        match self {
+            Held::Guard(g) => g.release().await,
+            Held::Read(g) => g.release().await,
+            Held::Write(g) => g.release().await,
+            Held::Lead(g) => g.resign().await,
+        }
+    }
+}
+
+impl Handle {
+    pub fn new(recipe: Recipe, session: &Session, dir: &str, who: &str, requeue: bool) -> Handle {
+        match recipe {
+            Recipe::Fair => Handle::Fair(
+                FairLock::new(session, dir)
+                    .unwrap()
+                    .with_data(who)
+                    .requeue_on_expiry(requeue),
+            ),
+            Recipe::Sem => Handle::Sem(
+                Semaphore::new(session, dir, PERMITS)
+                    .unwrap()
+                    .with_data(who)
+                    .requeue_on_expiry(requeue),
+            ),
+            Recipe::Rw => Handle::Rw(
+                RwLock::new(session, dir)
+                    .unwrap()
+                    .with_data(who)
+                    .requeue_on_expiry(requeue),
+            ),
+            Recipe::Elect => Handle::Elect(
+                Election::new(session, dir, who)
+                    .unwrap()
+                    .requeue_on_expiry(requeue),
+            ),
+        }
+    }
+
+    pub async fn acquire(&self, write: bool) -> zk_recipes::Result<Held> {
+        Ok(match self {
+            Handle::Fair(l) => Held::Guard(l.lock().await?),
+            Handle::Sem(s) => Held::Guard(s.acquire().await?),
+            Handle::Rw(l) if write => Held::Write(l.write().await?),
+            Handle::Rw(l) => Held::Read(l.read().await?),
+            Handle::Elect(e) => Held::Lead(e.campaign().await?),
+        })
+    }
+}
+
+/// One holding interval.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub who: String,
+    pub kind: Kind,
+    pub acquired_ns: u64,
+    /// Just before the release call, or when told of the loss.
+    pub released_ns: u64,
+    pub token: i64,
+    pub lost: bool,
+}
+
+/// A write to the token-checking store.
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub ns: u64,
+    pub token: i64,
+    pub who: String,
+}
+
+/// A fault as it hit one contender.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub who: String,
+    pub what: &'static str,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The fault took the lock away at once (see the module docs).
+    pub cut: bool,
+    /// A hold under way when the fault began and still held a session timeout later must
+    /// have ended with a loss notice.
+    pub expect_loss: bool,
+    /// A hold under way when the fault began must not write after `end_ns` at all (a frozen
+    /// process that checks `is_lost()` before each write, resumed past its session timeout).
+    pub no_writes_after_end: bool,
+}
+
+/// Where a contender is, for fault injectors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    Waiting,
+    Holding { path: String },
+}
+
+/// Everything recorded about one recipe run.
+#[derive(Debug, Default)]
+pub struct Journal {
+    pub holds: Vec<Hold>,
+    pub writes: Vec<Write>,
+    pub errors: Vec<(String, Error)>,
+    pub hangs: Vec<String>,
+    pub windows: Vec<Window>,
+    /// Failures found outside the history (a child that never said it lost, ...).
+    pub failures: Vec<String>,
+}
+
+/// One recipe's run within a fault scenario.
+pub struct Run {
+    pub recipe: Recipe,
+    pub dir: String,
+    pub journal: Mutex<Journal>,
+    pub live: Mutex<BTreeMap<String, Status>>,
+}
+
+impl Run {
+    pub fn new(recipe: Recipe, dir: String) -> Arc<Run> {
+        Arc::new(Run {
+            recipe,
+            dir,
+            journal: Mutex::new(Journal::default()),
+            live: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
+        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_status(&self, who: &str, status: Option<Status>) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        match status {
+            Some(s) => {
+                live.insert(who.to_string(), s);
+            }
+            None => {
+                live.remove(who);
+            }
+        }
+    }
+
+    pub fn status(&self, who: &str) -> Option<Status> {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(who)
+            .cloned()
+    }
+
+    pub fn window(&self, w: Window) {
+        self.journal().windows.push(w);
+    }
+
+    pub fn failure(&self, what: String) {
+        self.journal().failures.push(what);
+    }
+}
+
+/// One contender: a session and a recipe handle on the run's directory.
+pub struct Contender {
+    pub who: String,
+    pub idx: usize,
+    pub session: Session,
+    pub handle: Handle,
+    /// The proxy this contender connects through, if it has its own.
+    pub proxy: Option<FaultProxy>,
+    /// Drop the connection right after the create of each acquire was sent.
+    pub flaky: bool,
+}
+
+/// How a contender connects.
+#[derive(Debug, Clone, Default)]
+pub struct Connect {
+    /// The connect string, if not through a proxy of its own.
+    pub hosts: String,
+    /// A proxy of its own to this server address.
+    pub proxy_to: Option<std::net::SocketAddr>,
+    pub requeue: bool,
+    pub flaky: bool,
+}
+
+impl Contender {
+    pub async fn connect(run: &Run, who: String, idx: usize, how: Connect) -> Arc<Contender> {
+        let proxy = how
+            .proxy_to
+            .map(|addr| FaultProxy::start(addr).expect("start a fault proxy"));
+        let hosts = match &proxy {
+            Some(p) => p.addr().to_string(),
+            None => how.hosts.clone(),
+        };
+        let session = tokio::time::timeout(
+            Duration::from_secs(30),
+            Session::builder(&hosts)
+                .with_session_timeout(SESSION_TIMEOUT)
+                .connect(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("expected {who} to connect to {hosts} within 30s"))
+        .unwrap_or_else(|e| panic!("{who} could not connect to {hosts}: {e}"));
+        let handle = Handle::new(run.recipe, &session, &run.dir, &who, how.requeue);
+        Arc::new(Contender {
+            who,
+            idx,
+            session,
+            handle,
+            proxy,
+            flaky: how.flaky,
+        })
+    }
+}
+
+/// When a holder lets go.
+#[derive(Clone)]
+pub enum Release {
+    After(Duration),
+    /// When the token is cancelled (victims hold until the fault is over), at most `ACQUIRE_DEADLINE`.
+    On(CancellationToken),
+}
+
+/// One acquire-hold-release cycle, recorded in the run's journal.
+pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Release) {
+    let kind = run.recipe.kind(write);
+    run.set_status(&c.who, Some(Status::Waiting));
+    let acquired = {
+        let mut acquire = Box::pin(c.handle.acquire(write));
+        if c.flaky {
+            if let Some(proxy) = &c.proxy {
+                // Send the create, then cut the connection under it: before it reaches the
+                // server, while the server works on it, or after the answer left.
+                if let std::task::Poll::Ready(r) = futures::poll!(&mut acquire) {
+                    Some(r)
+                } else {
+                    let jitter = Duration::from_micros(monotonic_nanos() % 4000);
+                    tokio::time::sleep(jitter).await;
+                    proxy.drop_connections();
+                    tokio::time::timeout(ACQUIRE_DEADLINE, acquire).await.ok()
+                }
+            } else {
+                tokio::time::timeout(ACQUIRE_DEADLINE, acquire).await.ok()
+            }
+        } else {
+            tokio::time::timeout(ACQUIRE_DEADLINE, acquire).await.ok()
+        }
+    };
+    let held = match acquired {
+        None => {
+            run.set_status(&c.who, None);
+            run.journal().hangs.push(c.who.clone());
+            return;
+        }
+        Some(Err(e)) => {
+            run.set_status(&c.who, None);
+            run.journal().errors.push((c.who.clone(), e));
+            return;
+        }
+        Some(Ok(held)) => held,
+    };
+    let acquired_ns = monotonic_nanos();
+    let token = held.token();
+    let writer = writes_to_store(kind);
+    run.set_status(
+        &c.who,
+        Some(Status::Holding {
+            path: held.path().to_string(),
+        }),
+    );
+    let write_now = |ns: u64| {
+        if writer {
+            run.journal().writes.push(Write {
+                ns,
+                token,
+                who: c.who.clone(),
+            });
+        }
+    };
+    write_now(acquired_ns);
+    let lost = held.lost();
+    tokio::pin!(lost);
+    let until = async {
+        match &release {
+            Release::After(d) => tokio::time::sleep(*d).await,
+            Release::On(t) => {
+                let _ = tokio::time::timeout(ACQUIRE_DEADLINE, t.cancelled()).await;
+            }
+        }
+    };
+    tokio::pin!(until);
+    let mut tick = tokio::time::interval(WRITE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tick.tick().await; // the first tick is immediate: the write at acquisition covers it
+    let was_lost = loop {
+        tokio::select! {
+            biased;
+            _ = &mut lost => break true,
+            _ = &mut until => break false,
+            _ = tick.tick() => write_now(monotonic_nanos()),
+        }
+    };
+    let released_ns = monotonic_nanos();
+    run.set_status(&c.who, None);
+    run.journal().holds.push(Hold {
+        who: c.who.clone(),
+        kind,
+        acquired_ns,
+        released_ns,
+        token,
+        lost: was_lost,
+    });
+    if was_lost {
+        drop(held);
+        return;
+    }
+    match tokio::time::timeout(Duration::from_secs(30), held.release()).await {
+        Ok(Ok(())) | Ok(Err(Error::LockLost(_))) => {}
+        Ok(Err(e)) => run.journal().errors.push((c.who.clone(), e)),
+        Err(_) => run.journal().hangs.push(format!("{} (release)", c.who)),
+    }
+}
+
+/// One line of the table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub fault: String,
+    pub recipe: &'static str,
+    pub rounds: usize,
+    pub acquisitions: usize,
+    pub errors: usize,
+    pub losses: usize,
+    pub fenced: usize,
+    pub violations: Vec<String>,
+    pub hangs: Vec<String>,
+    pub leaked: Vec<String>,
+    pub error_kinds: BTreeMap<String, usize>,
+}
+
+impl Row {
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty() && self.hangs.is_empty() && self.leaked.is_empty()
+    }
+
+    /// The errors by kind, e.g. `SessionExpired 4`.
+    pub fn error_summary(&self) -> String {
+        let kinds: Vec<String> = self
+            .error_kinds
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        kinds.join(", ")
+    }
+
+    /// `CHAOS-ROW|fault|recipe|rounds|acquisitions|errors|lost|fenced|violations|hangs|leaked|error kinds`
+    pub fn line(&self) -> String {
+        format!(
+            "CHAOS-ROW|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+            self.fault,
+            self.recipe,
+            self.rounds,
+            self.acquisitions,
+            self.errors,
+            self.losses,
+            self.fenced,
+            self.violations.len(),
+            self.hangs.len(),
+            self.leaked.len(),
+            self.error_summary()
+        )
+    }
+
+    pub fn details(&self) -> String {
+        let mut s = format!(
+            "{} / {}: {} acquisitions, errors {:?}",
+            self.fault, self.recipe, self.acquisitions, self.error_kinds
+        );
+        for (what, list) in [
+            ("violation", &self.violations),
+            ("hang", &self.hangs),
+            ("leaked node", &self.leaked),
+        ] {
+            for v in list.iter().take(30) {
+                s.push_str(&format!("\n  {what}: {v}"));
+            }
+            if list.len() > 30 {
+                s.push_str(&format!("\n  ... and {} more {what}s", list.len() - 30));
+            }
+        }
+        s
+    }
+}
+
+/// An error a contender may get under faults: the recipe's documented, typed answers.
+fn clear_error(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::SessionExpired | Error::LockLost(_) | Error::ConnectionLost
+    )
+}
+
+fn error_kind(e: &Error) -> String {
+    let s = format!("{e:?}");
+    s.split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// Checks a run's journal (see the module docs) and makes its table row.
+pub fn evaluate(run: &Run, fault: &str, rounds: usize, leaked: Vec<String>) -> Row {
+    let j = run.journal();
+    let mut violations = j.failures.clone();
+    // 1. Trusted part of each hold; expected loss notices.
+    let mut cuts: Vec<Option<u64>> = Vec::with_capacity(j.holds.len());
+    let mut events = Vec::with_capacity(j.holds.len());
+    for h in &j.holds {
+        let mut cut: Option<u64> = None;
+        for w in j.windows.iter().filter(|w| w.who == h.who) {
+            // Told by then: the Grace deadline is within a session timeout of the last answer,
+            // and a forced loss is reported on the next answer (the reconnect).
+            let tell_by = w.start_ns + SESSION_TIMEOUT.as_nanos() as u64;
+            let held_past = h.acquired_ns < w.start_ns && h.released_ns > tell_by;
+            if w.expect_loss && held_past && !h.lost {
+                violations.push(format!(
+                    "{} held from {} through \"{}\" (from {}) and released at {} without being told it lost the lock",
+                    h.who, h.acquired_ns, w.what, w.start_ns, h.released_ns
+                ));
+            }
+            if w.cut && h.lost && h.acquired_ns <= w.end_ns && h.released_ns >= w.start_ns {
+                let at = w.start_ns.max(h.acquired_ns);
+                cut = Some(cut.map_or(at, |c| c.min(at)));
+            }
+        }
+        cuts.push(cut);
+        let mut e = Event::new(
+            h.who.clone(),
+            h.kind,
+            h.acquired_ns,
+            cut.map_or(h.released_ns, |c| c.min(h.released_ns)),
+        );
+        if writes_to_store(h.kind) {
+            e = e.with_token(h.token);
+        }
+        events.push(e);
+    }
+    let report = if run.recipe == Recipe::Sem {
+        // A hold cut at its very start held nothing (and the checker would count an empty
+        // interval as never released).
+        let held: Vec<Event> = events
+            .iter()
+            .filter(|e| e.released_ns > e.acquired_ns)
+            .cloned()
+            .collect();
+        check_semaphore(&held, PERMITS)
+    } else {
+        check(&events)
+    };
+    violations.extend(report.overlaps.iter().map(|v| format!("overlap: {v}")));
+    violations.extend(
+        report
+            .token_violations
+            .iter()
+            .map(|v| format!("token: {v}")),
+    );
+    violations.extend(
+        report
+            .order_violations
+            .iter()
+            .map(|v| format!("malformed: {v}")),
+    );
+    // 2. The store: replay the writes in time order; a write is accepted if its token is at
+    //    least the largest seen. A refused write must come from the untrusted tail of a cut hold.
+    let mut writes = j.writes.clone();
+    writes.sort_by_key(|w| (w.ns, w.token));
+    let mut max: Option<(i64, String, u64)> = None;
+    let mut fenced = 0;
+    for w in &writes {
+        let hold = j
+            .holds
+            .iter()
+            .zip(&cuts)
+            .find(|(h, _)| h.who == w.who && h.token == w.token);
+        let cut = hold.and_then(|(_, c)| *c);
+        let accepted = max.as_ref().map_or(true, |(m, _, _)| w.token >= *m);
+        if accepted {
+            max = Some((w.token, w.who.clone(), w.ns));
+            continue;
+        }
+        match cut {
+            Some(c) if w.ns >= c => fenced += 1,
+            _ => {
+                let (m, by, at) = max.clone().unwrap();
+                violations.push(format!(
+                    "the store refused a write by {} (token {}) at {} inside its trusted hold: {} had written token {} at {}",
+                    w.who, w.token, w.ns, by, m, at
+                ));
+            }
+        }
+    }
+    // 3. A careful holder frozen past its session timeout must not write once resumed.
+    for win in j.windows.iter().filter(|w| w.no_writes_after_end) {
+        for h in j.holds.iter().filter(|h| {
+            h.who == win.who && h.acquired_ns < win.start_ns && h.released_ns > win.start_ns
+        }) {
+            let late: Vec<u64> = j
+                .writes
+                .iter()
+                .filter(|w| w.who == h.who && w.token == h.token && w.ns > win.end_ns)
+                .map(|w| w.ns)
+                .collect();
+            if !late.is_empty() {
+                violations.push(format!(
+                    "{} wrote with its old token {} at {late:?}, after it resumed at {} from \"{}\" past its session timeout, although it checks is_lost() before each write",
+                    h.who, h.token, win.end_ns, win.what
+                ));
+            }
+        }
+    }
+    // 4. Errors must be typed answers to the faults.
+    let mut error_kinds = BTreeMap::new();
+    for (who, e) in &j.errors {
+        *error_kinds.entry(error_kind(e)).or_insert(0) += 1;
+        if !clear_error(e) {
+            violations.push(format!("{who} got an unexpected error: {e:?} ({e})"));
+        }
+    }
+    Row {
+        fault: fault.to_string(),
+        recipe: run.recipe.name(),
+        rounds,
+        acquisitions: j.holds.len(),
+        errors: j.errors.len(),
+        losses: j.holds.iter().filter(|h| h.lost).count(),
+        fenced,
+        violations,
+        hangs: j.hangs.clone(),
+        leaked,
+        error_kinds,
+    }
+}
+
+/// Lists the children of `dir` (none if it is missing).
+pub async fn children(client: &zk::Client, dir: &str) -> Result<Vec<String>, zk::Error> {
+    match client.list_children(dir).await {
+        Ok(c) => Ok(c),
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
