@@ -230,7 +230,8 @@ impl Election {
     ///
     /// Cancel safe, as `campaign`.
     pub async fn campaign_timeout(&self, timeout: Duration) -> Result<Leadership> {
-        self.acquire(Wait::Until(Some(Instant::now() + timeout)))
+        // A timeout too large for the clock means no limit.
+        self.acquire(Wait::Until(Instant::now().checked_add(timeout)))
             .await
     }
 

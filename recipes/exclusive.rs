@@ -244,8 +244,17 @@ impl ExclusiveLock {
                     return Err(Error::zk("create", path, err));
                 }
             }
+            let not_a_lock = || {
+                Error::InvalidArgument(format!(
+                    "{path} is a persistent node, not a lock: it would never be released; \
+                     pick another path (or use FairLock, which takes a directory)"
+                ))
+            };
             if try_only {
-                return Err(Error::WouldBlock);
+                return match epoch.check_stat(path).await {
+                    Ok(Some(stat)) if stat.ephemeral_owner == 0 => Err(not_a_lock()),
+                    _ => Err(Error::WouldBlock),
+                };
             }
             // Held by someone else: wait for it to go.
             let (stat, watcher) = match epoch.check_and_watch_stat(path).await {
@@ -258,8 +267,10 @@ impl ExclusiveLock {
                 ) => continue,
                 Err(err) => return Err(Error::zk("exists", path, err)),
             };
-            if stat.is_none() {
-                continue;
+            match stat {
+                None => continue,
+                Some(stat) if stat.ephemeral_owner == 0 => return Err(not_a_lock()),
+                Some(_) => {}
             }
             tokio::select! {
                 _ = watcher.changed() => {}

@@ -336,7 +336,7 @@ async fn attempt(
             }
             Err(err) => {
                 pending.disarm();
-                return Err(Error::zk("create", &prefix_path, err));
+                return Err(Error::zk("create", &spec.dir, err));
             }
         }
     };

@@ -483,7 +483,8 @@ async fn zero_and_huge_acquire_timeouts() {
 
 /// An existing persistent node with data works as the lock directory of every queue recipe;
 /// its data, version and ACL are untouched and no child is left. The simple lock, whose path
-/// is the lock node itself, reports such a node as held (WouldBlock, Timeout) and leaves it.
+/// is the lock node itself, refuses such a node (InvalidArgument: it would never be released)
+/// and leaves it.
 #[tokio::test]
 async fn an_existing_node_with_data_as_the_lock_path() {
     let admin = raw().await;
@@ -507,13 +508,15 @@ async fn an_existing_node_with_data_as_the_lock_path() {
         held.release().await.unwrap();
     }
     let x = ExclusiveLock::new(&s, &path).unwrap();
-    assert_eq!(x.try_lock().await.unwrap_err(), Error::WouldBlock);
-    assert_eq!(
-        x.lock_timeout(Duration::from_millis(200))
-            .await
-            .unwrap_err(),
-        Error::Timeout
-    );
+    for err in [
+        x.try_lock().await.unwrap_err(),
+        x.lock_timeout(Duration::from_millis(2000)).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains("persistent node")),
+            "the simple lock on a persistent node: expected InvalidArgument, got {err:?}"
+        );
+    }
     s.close().await;
     let (data, stat_after) = admin.get_data(&path).await.unwrap();
     assert_eq!(data, b"precious");

@@ -324,7 +324,9 @@ pub fn check_semaphore(events: &[Event], permits: usize) -> Report {
     // (time, is_acquire, index); releases sort before acquires at the same instant.
     let mut pts: Vec<(u64, bool, usize)> = Vec::new();
     for (i, e) in events.iter().enumerate() {
-        if e.kind == Kind::Semaphore && e.released_ns >= e.acquired_ns {
+        // A zero-length hold overlaps nothing; kept, its release would sort before its own
+        // acquire and it would count as held for ever.
+        if e.kind == Kind::Semaphore && e.released_ns > e.acquired_ns {
             pts.push((e.acquired_ns, true, i));
             pts.push((e.released_ns, false, i));
         }
@@ -732,6 +734,13 @@ mod tests {
         assert_eq!(check_semaphore(&three, 2).overlaps.len(), 1);
         // check() ignores semaphore events
         assert!(check(&three).is_clean());
+        // A zero-length hold is not held for ever.
+        let instant = vec![
+            ev("a", Kind::Semaphore, 5, 5),
+            ev("b", Kind::Semaphore, 6, 10),
+            ev("c", Kind::Semaphore, 7, 10),
+        ];
+        assert!(check_semaphore(&instant, 2).is_clean());
     }
 
     #[test]
