@@ -56,8 +56,8 @@
 //! loss policy.
 
 pub mod error;
-mod net;
 mod guard;
+mod net;
 pub mod path;
 pub(crate) mod queue;
 pub mod session;

@@ -23,7 +23,11 @@ pub(crate) fn set_nodelay_towards(peers: &[SocketAddr]) -> usize {
     };
     let mut set = 0;
     for entry in dir.flatten() {
-        let Some(fd) = entry.file_name().to_str().and_then(|f| f.parse::<RawFd>().ok()) else {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|f| f.parse::<RawFd>().ok())
+        else {
             continue;
         };
         if peer_of(fd).is_some_and(|p| peers.contains(&p)) {

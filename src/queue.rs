@@ -916,7 +916,15 @@ impl Holding {
             return Err(Error::LockLost(LossReason::SessionExpired));
         };
         let verify = self.verify_czxid.then_some(self.czxid);
-        let result = release_node(&epoch, &self.path, self.mark_release, verify, &self.gate, monitor).await;
+        let result = release_node(
+            &epoch,
+            &self.path,
+            self.mark_release,
+            verify,
+            &self.gate,
+            monitor,
+        )
+        .await;
         self.lost.cancel();
         match result {
             Ok(()) => Ok(()),

@@ -319,7 +319,10 @@ async fn no_herd_with_fifty_waiters() {
         "watches went from {watches_before_release} to {watches_after}: expected exactly the two on the released node to go"
     );
     for (i, w) in waiters.iter().enumerate().skip(1) {
-        assert!(!w.is_finished(), "waiter {i} finished although only waiter 0 was handed the lock");
+        assert!(
+            !w.is_finished(),
+            "waiter {i} finished although only waiter 0 was handed the lock"
+        );
     }
     drop(guard);
     for s in sessions {

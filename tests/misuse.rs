@@ -510,7 +510,9 @@ async fn an_existing_node_with_data_as_the_lock_path() {
     let x = ExclusiveLock::new(&s, &path).unwrap();
     for err in [
         x.try_lock().await.unwrap_err(),
-        x.lock_timeout(Duration::from_millis(2000)).await.unwrap_err(),
+        x.lock_timeout(Duration::from_millis(2000))
+            .await
+            .unwrap_err(),
     ] {
         assert!(
             matches!(&err, Error::InvalidArgument(m) if m.contains("persistent node")),
