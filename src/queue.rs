@@ -117,6 +117,14 @@ impl QueueSpec {
         }
     }
 
+    /// Whether to re-list, rather than walk back, once `gone` has left. A semaphore waiter
+    /// must (other leases may have gone too). So does a waiter behind a reader: readers leave
+    /// in any order, so the ones below are likely gone as well, and one listing beats an
+    /// `exists` per departed reader. Below an exclusive node, walking back is one `exists`.
+    fn relist_after(&self, gone: &NodeName) -> bool {
+        matches!(self.rule, Rule::Permits(_)) || !Self::holds_alone(gone.kind)
+    }
+
     /// Whether a release mark on `watched` proves we hold the lock now.
     fn mark_grants(&self, watched: &NodeName) -> bool {
         !matches!(self.rule, Rule::Permits(_)) && Self::holds_alone(watched.kind)
@@ -439,7 +447,7 @@ async fn attempt(
                 // Gone already: walk back, or re-list after several misses.
                 lower.retain(|n| n.sequence != target.sequence);
                 missing_in_a_row += 1;
-                if matches!(spec.rule, Rule::Permits(_)) || missing_in_a_row >= 3 {
+                if spec.relist_after(&target) || missing_in_a_row >= 3 {
                     missing_in_a_row = 0;
                     match relist(&epoch, spec, me.sequence).await {
                         Ok(l) => lower = l,
@@ -497,7 +505,7 @@ async fn attempt(
                 }
                 zk::EventType::NodeDataChanged | zk::EventType::NodeDeleted => {
                     lower.retain(|n| n.sequence != target.sequence);
-                    if matches!(spec.rule, Rule::Permits(_)) {
+                    if spec.relist_after(&target) {
                         match relist(&epoch, spec, me.sequence).await {
                             Ok(l) => lower = l,
                             Err(err) if is_unknown(&err) => {}
