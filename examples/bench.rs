@@ -1415,17 +1415,24 @@ fn print_table(ours: &Metrics, peers: Option<&BTreeMap<String, f64>>, tag: &str,
             });
         }
     }
-    for (what, name, expect) in [
-        ("herd: watches per waiter", "watches_per_waiter", None),
+    for (what, name, expect, note) in [
+        (
+            "herd: watches per waiter",
+            "watches_per_waiter",
+            None,
+            "predecessor + own node",
+        ),
         (
             "herd: notifications per release",
             "notifications_per_release",
-            Some(1.0),
+            Some(2.0),
+            "next waiter + releaser's own watch (no RemoveWatches)",
         ),
         (
             "herd: server packets per hand-off",
             "server_packets_per_handoff",
             None,
+            "",
         ),
     ] {
         let o = ours
@@ -1447,7 +1454,7 @@ fn print_table(ours: &Metrics, peers: Option<&BTreeMap<String, f64>>, tag: &str,
             kazoo: None,
             better: Better::Lower,
             goal: expect.map_or(Goal::Info, Goal::Expect),
-            note: "",
+            note,
         });
     }
     for (label, key, goal) in [
