@@ -55,6 +55,8 @@
 //! session manager, which counts them ([`Session::request_count`]) and times them for the
 //! loss policy.
 
+#![warn(missing_docs)]
+
 pub mod error;
 mod guard;
 mod net;
