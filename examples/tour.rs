@@ -1,12 +1,15 @@
-//! A tour of zk-recipes: workers on separate sessions contend for locks on a private ZooKeeper
-//! (or on `$ZK_CONNECT`), one holder's session is expired mid-hold, and the lock is handed on.
+//! A tour of zk-recipes on a private ZooKeeper (or on `$ZK_CONNECT`): workers on separate
+//! sessions contend for the simple lock and one holder's session is expired mid-hold (it is
+//! told, the lock is handed on, it re-queues in a new session); the fair lock grants in arrival
+//! order; the read/write lock shares readers and downgrades a writer; an election fails over
+//! when the leader's session expires.
 //!
 //! Run it with `scripts/demo` or `cargo run --release --example tour`.
 
 use std::time::{Duration, Instant};
 
 use zk_recipes::testing::Playground;
-use zk_recipes::{ExclusiveLock, FairLock, LossPolicy, Result, Session};
+use zk_recipes::{Election, ExclusiveLock, FairLock, LossPolicy, Result, RwLock, Session};
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -23,7 +26,7 @@ async fn main() -> Result<()> {
                 .await?;
             println!(
                 "{:>6.2}s  {name}: session {:#x} (epoch 1)",
-                0.0,
+                start.elapsed().as_secs_f64(),
                 s.session_id().unwrap_or(0)
             );
             Ok::<_, zk_recipes::Error>(s)
@@ -130,6 +133,94 @@ async fn main() -> Result<()> {
     first.release().await?;
     for t in tasks {
         t.await.expect("job panicked")?;
+    }
+
+    // 3. The read/write lock: readers share, a writer is alone, and downgrades to keep reading.
+    println!("\n3. RwLock {root}/config: readers share, the writer is alone, then downgrades");
+    let rw = RwLock::new(&s, format!("{root}/config"))?;
+    let r1 = rw.read().await?;
+    let r2 = rw.read().await?;
+    println!(
+        "{:>6.2}s  two readers hold the read lock at once",
+        start.elapsed().as_secs_f64()
+    );
+    let writer = {
+        let rw = rw.clone();
+        tokio::spawn(async move {
+            let w = rw.write().await?;
+            println!(
+                "{:>6.2}s  writer: alone now, publishing version 2",
+                start.elapsed().as_secs_f64()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let r = w.downgrade().await?;
+            println!(
+                "{:>6.2}s  writer: downgraded to a read lock (no writer can get in between)",
+                start.elapsed().as_secs_f64()
+            );
+            Ok::<_, zk_recipes::Error>(r)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    println!(
+        "{:>6.2}s  the writer waits for the two readers",
+        start.elapsed().as_secs_f64()
+    );
+    r1.release().await?;
+    r2.release().await?;
+    let downgraded = writer.await.expect("writer panicked")?;
+    let reader = rw.read().await?;
+    println!(
+        "{:>6.2}s  a new reader reads beside the downgraded writer",
+        start.elapsed().as_secs_f64()
+    );
+    reader.release().await?;
+    downgraded.release().await?;
+
+    // 4. Leader election: the leader's session is expired; the next candidate takes over.
+    println!("\n4. Election {root}/leader: three candidates, the leader's session expires");
+    let mut candidates = Vec::new();
+    for name in ["east", "west", "north"] {
+        let cs = connect(name).await?;
+        let election = Election::new(&cs, format!("{root}/leader"), name)?;
+        candidates.push((name, cs, election));
+    }
+    let leader = candidates[0].2.campaign().await?;
+    println!(
+        "{:>6.2}s  east leads (token {})",
+        start.elapsed().as_secs_f64(),
+        leader.fencing_token()
+    );
+    let mut followers = Vec::new();
+    for (name, _, election) in &candidates[1..] {
+        let election = election.clone();
+        let name = *name;
+        followers.push(tokio::spawn(async move {
+            let l = election.campaign().await?;
+            println!(
+                "{:>6.2}s  {name} leads now (token {})",
+                start.elapsed().as_secs_f64(),
+                l.fencing_token()
+            );
+            l.resign().await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    zk.expire(&candidates[0].1).await?;
+    leader.lost().await;
+    println!(
+        "{:>6.2}s  east: TOLD it lost the leadership ({})",
+        start.elapsed().as_secs_f64(),
+        leader
+            .loss_reason()
+            .map(|r| r.to_string())
+            .unwrap_or_default()
+    );
+    for f in followers {
+        f.await.expect("candidate panicked")?;
+    }
+    for (_, cs, _) in candidates {
+        cs.close().await;
     }
     s.close().await;
     println!("\ndone in {:.1}s", start.elapsed().as_secs_f64());
