@@ -15,6 +15,13 @@
 //! since the lease that left need not have been the last one ahead. All contenders of one path
 //! must agree on `permits` (as with kazoo's `Semaphore` and Curator's
 //! `InterProcessSemaphoreV2`, which this does not share nodes with).
+//!
+//! # Fairness
+//!
+//! Leases are granted in arrival order. With one watch per waiter, a waiter learns that it may
+//! go only when the lease `permits` places ahead of it leaves: if a waiter between the two
+//! gives up, the grant can come one release later than it could have (never earlier than it
+//! should: a waiter re-lists before it takes a lease).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
