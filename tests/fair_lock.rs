@@ -6,52 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::history::{check, check_fifo, check_semaphore, Event, Kind};
-use zk_recipes::testing::{
-    monotonic_nanos, shared_server, unique_root, FaultProxy, ZooKeeperServer,
-};
-use zk_recipes::{zk, Error, FairLock, LossReason, Semaphore, Session};
+use support::zk::{children, children_on, raw, session, session_via_proxy};
+use zk_recipes::testing::{monotonic_nanos, unique_root, ZooKeeperServer};
+use zk_recipes::{Error, FairLock, LossPolicy, LossReason, Semaphore, Session};
 
 const T: Duration = Duration::from_secs(60);
-
-/// A session behind a proxy of its own, so that faults injected for it disturb no other test.
-async fn session_via_proxy(timeout: Duration) -> (Session, FaultProxy) {
-    let proxy = FaultProxy::start(shared_server().addr()).expect("proxy");
-    let s = Session::builder(proxy.addr().to_string())
-        .with_session_timeout(timeout)
-        .connect()
-        .await
-        .expect("connect to the shared test server");
-    (s, proxy)
-}
-
-async fn session() -> Session {
-    Session::builder(shared_server().connect_string())
-        .with_session_timeout(Duration::from_secs(4))
-        .connect()
-        .await
-        .expect("connect")
-}
-
-async fn raw() -> zk::Client {
-    zk::Client::connect(&shared_server().connect_string())
-        .await
-        .expect("raw connect")
-}
-
-async fn children(path: &str) -> Vec<String> {
-    children_on(shared_server(), path).await
-}
-
-async fn children_on(server: &ZooKeeperServer, path: &str) -> Vec<String> {
-    let raw = zk::Client::connect(&server.connect_string())
-        .await
-        .expect("raw connect");
-    match raw.list_children(path).await {
-        Ok(c) => c,
-        Err(zk::Error::NoNode) => Vec::new(),
-        Err(e) => panic!("list {path}: {e}"),
-    }
-}
 
 fn sequence_of(path: &str) -> u64 {
     zk_recipes::NodeName::parse(path.rsplit('/').next().unwrap())
@@ -408,7 +367,7 @@ async fn hand_off_cost_is_constant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_expiry_is_reported_and_handed_on() {
     let root = unique_root("expiry");
-    let (a, proxy) = session_via_proxy(Duration::from_secs(2)).await;
+    let (a, proxy) = session_via_proxy(Duration::from_secs(2), LossPolicy::Grace).await;
     let b = session().await;
     let lock_a = FairLock::new(&a, &root).unwrap();
     let ga = lock_a.lock().await.unwrap();
@@ -457,7 +416,7 @@ async fn waiter_expiry_requeues_or_fails() {
     let root = unique_root("waiter-expiry");
     let h = session().await;
     let held = FairLock::new(&h, &root).unwrap().lock().await.unwrap();
-    let (w, proxy) = session_via_proxy(Duration::from_secs(2)).await;
+    let (w, proxy) = session_via_proxy(Duration::from_secs(2), LossPolicy::Grace).await;
     let requeuing = FairLock::new(&w, &root).unwrap();
     let strict = FairLock::new(&w, &root).unwrap().requeue_on_expiry(false);
     let t1 = tokio::spawn(async move { requeuing.lock().await });

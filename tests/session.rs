@@ -1,38 +1,15 @@
 //! The session manager and the simple exclusive lock against a real ZooKeeper (issue 2).
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::zk::{raw, session, session_via_proxy};
 
-use zk_recipes::testing::{shared_server, unique_root, FaultProxy};
+use zk_recipes::testing::{shared_server, unique_root};
 use zk_recipes::{
-    zk, Error, ExclusiveLock, FairLock, LossPolicy, LossReason, Semaphore, Session, SessionEvent,
+    Error, ExclusiveLock, FairLock, LossPolicy, LossReason, Semaphore, Session, SessionEvent,
 };
-
-/// A session behind a proxy of its own, so that faults injected for it disturb no other test.
-async fn session_via_proxy(timeout: Duration, policy: LossPolicy) -> (Session, FaultProxy) {
-    let proxy = FaultProxy::start(shared_server().addr()).expect("proxy");
-    let s = Session::builder(proxy.addr().to_string())
-        .with_session_timeout(timeout)
-        .with_loss_policy(policy)
-        .connect()
-        .await
-        .expect("connect through the proxy");
-    (s, proxy)
-}
-
-async fn session() -> Session {
-    Session::builder(shared_server().connect_string())
-        .with_session_timeout(Duration::from_secs(4))
-        .connect()
-        .await
-        .expect("connect")
-}
-
-async fn raw() -> zk::Client {
-    zk::Client::connect(&shared_server().connect_string())
-        .await
-        .expect("raw connect")
-}
 
 /// Expiry while holding: lost() fires within the session timeout, the manager reports
 /// Expired then Connected with epoch + 1, and the same lock handle can lock again.

@@ -10,3 +10,4 @@
 
 pub mod history;
 pub mod interop;
+pub mod zk;

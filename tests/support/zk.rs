@@ -1,0 +1,51 @@
+//! Sessions and raw clients on the test binary's shared ZooKeeper server.
+
+use std::time::Duration;
+
+use zk_recipes::testing::{shared_server, FaultProxy, ZooKeeperServer};
+use zk_recipes::{zk, LossPolicy, Session};
+
+/// A session on the shared server (4 s session timeout).
+pub async fn session() -> Session {
+    Session::builder(shared_server().connect_string())
+        .with_session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .expect("connect to the shared test server")
+}
+
+/// A session behind a proxy of its own, so that faults injected for it disturb no other test.
+pub async fn session_via_proxy(timeout: Duration, policy: LossPolicy) -> (Session, FaultProxy) {
+    let proxy = FaultProxy::start(shared_server().addr()).expect("proxy");
+    let s = Session::builder(proxy.addr().to_string())
+        .with_session_timeout(timeout)
+        .with_loss_policy(policy)
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    (s, proxy)
+}
+
+/// A plain `zookeeper-client` on the shared server: the administrator's view.
+pub async fn raw() -> zk::Client {
+    zk::Client::connect(&shared_server().connect_string())
+        .await
+        .expect("raw connect")
+}
+
+/// The children of `path` on the shared server (none if it does not exist).
+pub async fn children(path: &str) -> Vec<String> {
+    children_on(shared_server(), path).await
+}
+
+/// The children of `path` on `server` (none if it does not exist).
+pub async fn children_on(server: &ZooKeeperServer, path: &str) -> Vec<String> {
+    let raw = zk::Client::connect(&server.connect_string())
+        .await
+        .expect("raw connect");
+    match raw.list_children(path).await {
+        Ok(c) => c,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("list {path}: {e}"),
+    }
+}
