@@ -23,7 +23,6 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -46,15 +45,6 @@ pub const CLIENT_JARS: &[&str] = &[
     "zookeeper.jar",
     "zookeeper-jute.jar",
     "guava.jar",
-    "slf4j-api.jar",
-    "slf4j-nop.jar",
-    "netty-all.jar",
-];
-
-/// Jars for running a ZooKeeper server (`ZooKeeperServerMain`).
-pub const SERVER_JARS: &[&str] = &[
-    "zookeeper.jar",
-    "zookeeper-jute.jar",
     "slf4j-api.jar",
     "slf4j-nop.jar",
     "netty-all.jar",
@@ -102,10 +92,6 @@ fn jar_classpath(jars: &[&str]) -> String {
 /// Classpath of Debian's Curator/ZooKeeper client jars (panics if any is missing).
 pub fn client_classpath() -> String {
     jar_classpath(CLIENT_JARS)
-}
-
-pub fn server_classpath() -> String {
-    jar_classpath(SERVER_JARS)
 }
 
 fn require_tool(cmd: &str, arg: &str) {
@@ -631,117 +617,4 @@ pub fn list_children(connect: &str, path: &str) -> Vec<(String, String)> {
             _ => None,
         })
         .collect()
-}
-
-// ---------------------------------------------------------------------------------- ZooKeeper
-
-/// A standalone ZooKeeper (Debian's jars) on a free 127.0.0.1 port with tickTime=500, in a temp
-/// dir. Stopped (killed, by pid) on drop. Prefer the crate's own `zk_recipes::testing` harness when
-/// it is available; this one exists so interop tests do not depend on it.
-pub struct JavaZooKeeper {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-/// Send a four-letter word; returns the reply ("" on any error).
-pub fn four_letter(port: u16, cmd: &str) -> String {
-    use std::io::Read;
-    let Ok(mut s) =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1))
-    else {
-        return String::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(cmd.as_bytes()).is_err() {
-        return String::new();
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-impl JavaZooKeeper {
-    pub fn start() -> JavaZooKeeper {
-        let cp = server_classpath();
-        require_tool("java", "-version");
-        let dir = tempfile::Builder::new()
-            .prefix("interop-zk")
-            .tempdir()
-            .expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("data")).unwrap();
-        for attempt in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let cfg = dir.path().join("zoo.cfg");
-            std::fs::write(
-                &cfg,
-                format!(
-                    "tickTime=500\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n\
-                     admin.enableServer=false\n4lw.commands.whitelist=*\nforceSync=no\n",
-                    dir.path().join("data").display()
-                ),
-            )
-            .unwrap();
-            let log =
-                std::fs::File::create(dir.path().join(format!("server-{attempt}.log"))).unwrap();
-            let mut child = Command::new("java")
-                .arg("-Dzookeeper.forceSync=no")
-                .arg("-cp")
-                .arg(&cp)
-                .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-                .arg(&cfg)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|e| {
-                    panic!("interop: cannot start ZooKeeper: {e}\nInstall with:\n  {APT_HINT}")
-                });
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if four_letter(port, "ruok") == "imok" {
-                    return JavaZooKeeper { child, port, dir };
-                }
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // port taken or config error: retry with another port
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let logs: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with("server-"))
-            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-            .collect();
-        panic!(
-            "interop: ZooKeeper did not start; logs:\n{}",
-            logs.join("\n----\n")
-        );
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub fn connect_string(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for JavaZooKeeper {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

@@ -4,6 +4,8 @@
 //!   tokens, FIFO order). Pure Rust, no ZooKeeper needed.
 //! * [`interop`]: run Apache Curator (`tests/interop/Interop.java`) and kazoo
 //!   (`tests/interop/kazoo_interop.py`) peers and turn their output into [`history::Event`]s.
+//! * [`zk`]: sessions and raw clients on the shared server of the crate's harness, which
+//!   starts every ZooKeeper the tests use.
 //!
 //! Not every test uses every item, hence the `dead_code`/`unused` allowances.
 #![allow(dead_code, unused_imports, unused_macros)]
