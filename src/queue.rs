@@ -27,7 +27,10 @@
 //!    nothing below it can exist, and the waiter takes the lock with no request at all. On a
 //!    plain deletion (a cancelled waiter, an expired session, a Curator or kazoo holder, or a
 //!    released reader) the waiter walks back through the nodes it already read, one `exists`
-//!    each, and re-lists only after several in a row are gone. Curator and kazoo re-list every
+//!    each, and re-lists only after several in a row are gone. Before it takes the lock after
+//!    a plain deletion it checks, with one more `exists`, that its own node is still there: an
+//!    administrator deleting the directory deletes both, and the event for ours may still be
+//!    on its way. Curator and kazoo re-list every
 //!    child at each wake-up instead: O(N) per hand-off.
 //! 5. **Ownership.** A node counts as ours only in the epoch (session) that created it, with
 //!    `ephemeralOwner` equal to that session id. When the epoch ends, a waiter re-queues in the
@@ -351,16 +354,10 @@ async fn attempt(
     let (me, czxid) = mine;
     let my_path = join(&spec.dir, &me.name);
     if !children.contains(&me.name) {
-        // Cannot happen: the session answers in order, so the listing sent after our create
-        // contains our node. Refuse to guess.
-        return Err(Error::ZooKeeper {
-            op: "get_children",
-            path: spec.dir.clone(),
-            source: zk::Error::UnexpectedError(format!(
-                "listing sent after creating {} does not contain it",
-                me.name
-            )),
-        });
+        // The session answers in order, so the listing sent after our create saw our node
+        // unless someone deleted it in between (an administrator, or its whole directory).
+        pending.disarm();
+        return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
     }
     let mut lower: Vec<NodeName> = children
         .iter()
@@ -397,8 +394,23 @@ async fn attempt(
     let mut own_watch: Option<WatchFuture> = None;
     let mut missing_in_a_row = 0;
     let mut blips = 0;
+    // Whether our own node is known to exist: from the listing that contained it, until a
+    // plain deletion below us (an administrator deleting the directory deletes ours too, and
+    // its event may not have reached our own-node watch yet).
+    let mut confirmed = true;
     loop {
         let Some(target) = spec.watch_target(&lower).cloned() else {
+            if !confirmed {
+                match epoch.check_stat(&my_path).await {
+                    Ok(Some(stat)) if stat.czxid == czxid => {}
+                    Ok(_) => {
+                        pending.disarm();
+                        return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
+                    }
+                    Err(err) if is_unknown(&err) => return Ok(requeue_or_retry(&epoch, pending)),
+                    Err(err) => return Err(Error::zk("exists", &my_path, err)),
+                }
+            }
             // First in line, unless our own node is gone already: a waiter woken by its
             // predecessor may have our node's deletion (delivered first) ready as well.
             match own_watch_fired(&mut own_watch).map(|e| e.event_type) {
@@ -446,11 +458,15 @@ async fn attempt(
             Ok((None, _)) if !unknown => {
                 // Gone already: walk back, or re-list after several misses.
                 lower.retain(|n| n.sequence != target.sequence);
+                confirmed = false;
                 missing_in_a_row += 1;
                 if spec.relist_after(&target) || missing_in_a_row >= 3 {
                     missing_in_a_row = 0;
-                    match relist(&epoch, spec, me.sequence).await {
-                        Ok(l) => lower = l,
+                    match relist(&epoch, spec, &me).await {
+                        Ok(l) => {
+                            lower = l;
+                            confirmed = true;
+                        }
                         Err(err) if is_unknown(&err) => {}
                         // The directory was deleted, and our node with it.
                         Err(zk::Error::NoNode) => {
@@ -470,8 +486,16 @@ async fn attempt(
                 if epoch.lost_token().is_cancelled() || blips > 20 {
                     return Ok(requeue_or_retry(&epoch, pending));
                 }
-                if let Ok(l) = relist(&epoch, spec, me.sequence).await {
-                    lower = l;
+                match relist(&epoch, spec, &me).await {
+                    Ok(l) => {
+                        lower = l;
+                        confirmed = true;
+                    }
+                    Err(zk::Error::NoNode) => {
+                        pending.disarm();
+                        return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
+                    }
+                    Err(_) => {}
                 }
                 continue;
             }
@@ -505,9 +529,13 @@ async fn attempt(
                 }
                 zk::EventType::NodeDataChanged | zk::EventType::NodeDeleted => {
                     lower.retain(|n| n.sequence != target.sequence);
+                    confirmed = false;
                     if spec.relist_after(&target) {
-                        match relist(&epoch, spec, me.sequence).await {
-                            Ok(l) => lower = l,
+                        match relist(&epoch, spec, &me).await {
+                            Ok(l) => {
+                                lower = l;
+                                confirmed = true;
+                            }
                             Err(err) if is_unknown(&err) => {}
                             // The directory was deleted, and our node with it.
                             Err(zk::Error::NoNode) => {
@@ -604,13 +632,19 @@ async fn recover_unknown_create(
 async fn relist(
     epoch: &Epoch,
     spec: &QueueSpec,
-    my_seq: i64,
+    me: &NodeName,
 ) -> std::result::Result<Vec<NodeName>, zk::Error> {
     let (children, _) = epoch.get_children(&spec.dir).await?;
+    if !children.contains(&me.name) {
+        // Our own node is gone (deleted with its directory, or by an administrator). Compare
+        // names, not sequence numbers: a directory deleted and made again counts from 0, so
+        // another contender's node may carry our old number.
+        return Err(zk::Error::NoNode);
+    }
     let mut lower: Vec<NodeName> = children
         .iter()
         .filter_map(|c| NodeName::parse(c))
-        .filter(|n| spec.is_member(n) && n.sequence < my_seq)
+        .filter(|n| spec.is_member(n) && n.sequence < me.sequence)
         .collect();
     lower.sort_by_key(|n| n.sequence);
     Ok(lower)

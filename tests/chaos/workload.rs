@@ -580,7 +580,13 @@ pub fn evaluate(run: &Run, fault: &str, rounds: usize, leaked: Vec<String>) -> R
             h.acquired_ns,
             cut.map_or(h.released_ns, |c| c.min(h.released_ns)),
         );
-        if writes_to_store(h.kind) {
+        // A hold granted inside a fault that took the lock away (an administrator deleting the
+        // nodes) and then reported lost has no trusted part: the node may already have been
+        // deleted when the grant reached the caller, which learns it from lost()/is_lost().
+        // Fencing is what protects the store then (the store check below still applies), so
+        // such a hold takes no place in the token order.
+        let trusted = cut.map_or(true, |c| c > h.acquired_ns);
+        if writes_to_store(h.kind) && trusted {
             e = e.with_token(h.token);
         }
         events.push(e);
