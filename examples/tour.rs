@@ -65,18 +65,26 @@ async fn main() -> Result<()> {
                 }
                 tokio::select! {
                     _ = guard.lost() => {
+                        let held_in = guard.session_id();
                         println!(
                             "{:>6.2}s  {name}: TOLD it lost the lock ({}); stops writing",
                             start.elapsed().as_secs_f64(),
                             guard.loss_reason().map(|r| r.to_string()).unwrap_or_default()
                         );
                         s.wait_connected(Duration::from_secs(10)).await?;
-                        println!(
-                            "{:>6.2}s  {name}: new session {:#x} (epoch {}), queueing again",
-                            start.elapsed().as_secs_f64(),
-                            s.session_id().unwrap_or(0),
-                            s.epoch_number().unwrap_or(0)
-                        );
+                        let now_in = s.session_id().unwrap_or(0);
+                        if now_in == held_in {
+                            println!(
+                                "{:>6.2}s  {name}: same session {now_in:#x}, queueing again",
+                                start.elapsed().as_secs_f64(),
+                            );
+                        } else {
+                            println!(
+                                "{:>6.2}s  {name}: new session {now_in:#x} (epoch {}), queueing again",
+                                start.elapsed().as_secs_f64(),
+                                s.epoch_number().unwrap_or(0)
+                            );
+                        }
                         continue;
                     }
                     _ = tokio::time::sleep(Duration::from_millis(400)) => {}

@@ -16,12 +16,17 @@
 //! fair, herd-free queueing of many waiters.
 //!
 //! The lock is granted only when the create succeeded in the current session, so the node's
-//! `ephemeralOwner` is ours. After a connection loss during `create` (outcome unknown), a node
-//! owned by our session is ours only if no other contender of this handle holds it.
+//! `ephemeralOwner` is ours. Within one process, creates at one path are serialized per
+//! session, and every node this process takes as its own is *claimed* by its czxid (a node
+//! made again at the same path has another). After a connection loss during `create`
+//! (outcome unknown) the acquire reads the node before sending anything else for the path: a
+//! node owned by our session that nothing has claimed is the one this create made. A
+//! cancelled acquire's cleanup decides the same way, so it can never delete the node of a
+//! live guard, whether of the same handle, another handle or another task.
 //!
 //! [`FairLock`]: crate::FairLock
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
@@ -29,8 +34,8 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::path::{validate_path, Layout, NodeKind, NodeName};
-use crate::queue::{Granted, Holding};
-use crate::session::Session;
+use crate::queue::{is_unknown, Granted, Holding};
+use crate::session::{Epoch, Session};
 
 /// A lock held by whoever owns one ephemeral node.
 ///
@@ -54,8 +59,6 @@ pub struct ExclusiveLock {
     path: Arc<str>,
     data: Arc<[u8]>,
     acls: Arc<[zk::Acl]>,
-    /// How many of this handle's contenders hold the node now (0 or 1).
-    held_here: Arc<Mutex<u32>>,
 }
 
 impl ExclusiveLock {
@@ -71,7 +74,6 @@ impl ExclusiveLock {
             path: path.as_ref().into(),
             data: Arc::from(&[][..]),
             acls: zk::Acls::anyone_all().to_vec().into(),
-            held_here: Arc::new(Mutex::new(0)),
         })
     }
 
@@ -158,7 +160,6 @@ impl ExclusiveLock {
 
     async fn acquire(&self, deadline: Option<Instant>, try_only: bool) -> Result<LockGuard> {
         let path: &str = &self.path;
-        let name = path.rsplit('/').next().unwrap_or_default().to_string();
         let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.acls));
         let sleep_until = |d: Option<Instant>| async move {
             match d {
@@ -172,40 +173,29 @@ impl ExclusiveLock {
                 e = self.session.epoch() => e?,
                 _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
             };
+            // No other create at this path is in flight in this process while we hold this;
+            // if the future is dropped, the undo guard keeps it until the cleanup is done.
+            let serial = tokio::select! {
+                g = self.session.serialize_path(path) => g,
+                _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
+            };
             let mut undo = UndoCreate {
                 session: self.session.clone(),
-                epoch: Some(epoch.clone()),
+                epoch: epoch.clone(),
                 path: path.to_string(),
+                serial: Some(serial),
             };
-            match epoch.create(path, &self.data, &options).await {
+            let created = epoch.create(path, &self.data, &options).await;
+            let outcome = match created {
                 Ok((stat, _)) => {
-                    undo.epoch = None;
-                    *self.held_here.lock().unwrap() += 1;
-                    let granted = Granted {
-                        epoch,
-                        path: path.to_string(),
-                        name: NodeName {
-                            name,
-                            sequence: -1,
-                            kind: NodeKind::Lock,
-                            layout: Layout::Curator,
-                            protection: None,
-                        },
-                        czxid: stat.czxid,
-                        own_watch: None,
-                    };
-                    let held_here = self.held_here.clone();
-                    let holding = Holding::new(&self.session, granted)
-                        .with_shared_path()
-                        .on_end(move || {
-                            let mut h = held_here.lock().unwrap();
-                            *h = h.saturating_sub(1);
-                        });
-                    return Ok(LockGuard::new(holding));
+                    // A fresh node: nobody can have claimed its czxid.
+                    let claimed = self.session.claim(stat.czxid);
+                    debug_assert!(claimed, "a fresh node's czxid was claimed");
+                    Created::Ours(stat.czxid)
                 }
-                Err(zk::Error::NodeExists) => undo.epoch = None,
+                Err(zk::Error::NodeExists) => Created::Busy,
                 Err(zk::Error::NoNode) if !made_parents => {
-                    undo.epoch = None;
+                    undo.disarm();
                     made_parents = true;
                     let container = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
                     match epoch.create_parents(path, &container).await {
@@ -220,29 +210,30 @@ impl ExclusiveLock {
                     }
                 }
                 Err(zk::Error::NoChildrenForEphemerals) => {
-                    undo.epoch = None;
+                    undo.disarm();
                     return Err(Error::InvalidArgument(format!(
                         "the parent of {path} is an ephemeral node: pick another path"
                     )));
                 }
-                Err(err @ (zk::Error::ConnectionLoss | zk::Error::Custom(_))) => {
-                    // Outcome unknown: the undo guard deletes a node of ours once connected,
-                    // unless it turns out that another contender of this handle holds it.
-                    if *self.held_here.lock().unwrap() > 0 {
-                        undo.epoch = None;
-                    }
-                    tracing::debug!(%err, path, "create outcome unknown; retrying");
-                    drop(undo);
-                    continue;
-                }
-                Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => {
-                    undo.epoch = None;
-                    continue;
+                Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => Created::Unknown,
+                Err(err) if is_unknown(&err) => {
+                    // Outcome unknown: find out before anything else is sent for this path
+                    // (a retry sent first could be answered NodeExists by our own orphan, or
+                    // succeed and then be deleted by a late cleanup).
+                    tracing::debug!(%err, path, "create outcome unknown; checking the node");
+                    recover(&self.session, &epoch, path).await
                 }
                 Err(err) => {
-                    undo.epoch = None;
+                    undo.disarm();
                     return Err(Error::zk("create", path, err));
                 }
+            };
+            // Decided: the undo has nothing left to do, and other creates may go.
+            undo.disarm();
+            match outcome {
+                Created::Ours(czxid) => return Ok(self.guard(epoch, czxid)),
+                Created::Busy => {}
+                Created::Absent | Created::Unknown => continue,
             }
             let not_a_lock = || {
                 Error::InvalidArgument(format!(
@@ -259,12 +250,7 @@ impl ExclusiveLock {
             // Held by someone else: wait for it to go.
             let (stat, watcher) = match epoch.check_and_watch_stat(path).await {
                 Ok(r) => r,
-                Err(
-                    zk::Error::SessionExpired
-                    | zk::Error::ClientClosed
-                    | zk::Error::ConnectionLoss
-                    | zk::Error::Custom(_),
-                ) => continue,
+                Err(err) if is_unknown(&err) => continue,
                 Err(err) => return Err(Error::zk("exists", path, err)),
             };
             match stat {
@@ -279,26 +265,107 @@ impl ExclusiveLock {
             }
         }
     }
+
+    fn guard(&self, epoch: Arc<Epoch>, czxid: i64) -> LockGuard {
+        let name = self.path.rsplit('/').next().unwrap_or_default().to_string();
+        let granted = Granted {
+            epoch,
+            path: self.path.to_string(),
+            name: NodeName {
+                name,
+                sequence: -1,
+                kind: NodeKind::Lock,
+                layout: Layout::Curator,
+                protection: None,
+            },
+            czxid,
+            own_watch: None,
+        };
+        let session = self.session.clone();
+        let holding = Holding::new(&self.session, granted)
+            .with_shared_path()
+            .on_end(move || session.unclaim(czxid));
+        LockGuard::new(holding)
+    }
 }
 
-/// Deletes the lock node if an acquire that may have created it is abandoned.
+/// What became of a create at the lock path.
+enum Created {
+    /// Our node, claimed for the caller.
+    Ours(i64),
+    /// Someone else's node (or one a live guard of this process holds).
+    Busy,
+    /// No node: create again.
+    Absent,
+    /// The epoch ended before we could tell: its nodes go with it; try in the next one.
+    Unknown,
+}
+
+/// Decides the outcome of a create that failed with the outcome unknown, under the path's
+/// serialization: a node there owned by our session and claimed by no guard of this process
+/// is the one this create made, and is claimed for the caller.
+async fn recover(session: &Session, epoch: &Epoch, path: &str) -> Created {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        if epoch.is_over() {
+            return Created::Unknown;
+        }
+        // Sent after our create, so it sees what the create did.
+        match epoch.check_stat(path).await {
+            Ok(None) => return Created::Absent,
+            Ok(Some(stat)) if stat.ephemeral_owner == epoch.session_id => {
+                return if session.claim(stat.czxid) {
+                    Created::Ours(stat.czxid)
+                } else {
+                    Created::Busy
+                };
+            }
+            Ok(Some(_)) => return Created::Busy,
+            Err(err) if is_unknown(&err) => {
+                // Requests made while disconnected wait for the reconnect; back off anyway.
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(_) => return Created::Unknown,
+        }
+    }
+}
+
+/// Cleans up after an acquire dropped while its create was in flight (or being decided):
+/// in the background, still holding the path's serialization, it deletes the node only if
+/// our session owns it and nothing in this process has claimed it, i.e. only the orphan of
+/// that create, never a live guard's node (of this handle or another on the same session).
 struct UndoCreate {
     session: Session,
-    epoch: Option<Arc<crate::session::Epoch>>,
+    epoch: Arc<Epoch>,
     path: String,
+    serial: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl UndoCreate {
+    fn disarm(&mut self) {
+        self.serial = None;
+    }
 }
 
 impl Drop for UndoCreate {
     fn drop(&mut self) {
-        let Some(epoch) = self.epoch.take() else {
+        let Some(serial) = self.serial.take() else {
             return;
         };
+        let session = self.session.clone();
+        let epoch = self.epoch.clone();
         let path = std::mem::take(&mut self.path);
         self.session.spawn_tracked(async move {
-            if let Ok(Some(stat)) = epoch.check_stat(&path).await {
-                if stat.ephemeral_owner == epoch.session_id {
-                    let _ = epoch.delete(&path, Some(stat.version)).await;
+            let _serial = serial;
+            if let Created::Ours(czxid) = recover(&session, &epoch, &path).await {
+                match epoch.delete(&path, None).await {
+                    Ok(()) | Err(zk::Error::NoNode) => {}
+                    Err(err) => {
+                        tracing::warn!(%err, path, "could not delete the node of a cancelled acquire; it goes when the session ends")
+                    }
                 }
+                session.unclaim(czxid);
             }
         });
     }

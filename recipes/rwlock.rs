@@ -598,8 +598,8 @@ impl RwLock {
             path: None,
             armed: true,
         };
-        let acls = zk::Acls::new(&spec.acls);
-        let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
+        let acls = epoch.contender_acls(&spec.acls);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
         // One round trip: the listing is answered after the create.
         let create = epoch.create(&prefix_path, &spec.data, &options);
         let list = epoch.get_children(&spec.dir);

@@ -132,6 +132,10 @@ impl Semaphore {
 
     async fn get(&self, wait: Wait) -> Result<LockGuard> {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
-        Ok(LockGuard::new(Holding::new(&self.session, granted)))
+        // A plain delete: the head waiter watches every holder and counts any deletion as a
+        // free permit; a data change on a lease means a grant (see `src/queue.rs`).
+        Ok(LockGuard::new(
+            Holding::new(&self.session, granted).with_release_mark(false),
+        ))
     }
 }

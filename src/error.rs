@@ -99,6 +99,19 @@ pub enum Error {
         source: zk::Error,
     },
 
+    /// The path is used by contenders of another kind: another recipe (a lock, a semaphore, an
+    /// election), or a semaphore with another permit count. They would not exclude ours, so
+    /// nothing is granted; our node has been removed.
+    #[error("{path} is in use by {found}, which would not exclude {ours}: use another path")]
+    PathInUse {
+        /// The lock path.
+        path: String,
+        /// What holds or waits on it now.
+        found: String,
+        /// What we tried to take it as.
+        ours: String,
+    },
+
     /// A recipe does not support what was asked of it (for example upgrading a read lock to a
     /// write lock, which would deadlock two upgrading readers).
     #[error("unsupported: {0}")]

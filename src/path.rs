@@ -213,13 +213,34 @@ impl NodeName {
         }
         None
     }
+
+    /// Whether the name says the node was made by zk-recipes with an owner-only-write ACL:
+    /// its protection id is a UUID of version 8 (custom), which Curator (`UUID.randomUUID`)
+    /// and kazoo (`uuid4`) never make. Only such a node's data change can be a release mark;
+    /// on any other node a data change is someone's write, not a hand-off.
+    pub fn is_owner_write_only(&self) -> bool {
+        let Some(id) = self.protection.as_deref() else {
+            return false;
+        };
+        // The version nibble: the 15th character of the hyphenated form, the 13th of the
+        // simple one.
+        let at = match self.layout {
+            Layout::Curator if id.len() == 36 => 14,
+            Layout::Kazoo if id.len() == 32 => 12,
+            _ => return false,
+        };
+        id.as_bytes()[at] == b'8'
+    }
 }
 
 /// Builds the name prefix (before ZooKeeper's sequence) of a new contender.
 ///
 /// Returns `(prefix, protection id)`. Curator: `_c_<uuid>-lock-`; kazoo: `<32 hex>__lock__`.
 pub(crate) fn new_prefix(layout: Layout, kind: NodeKind) -> (String, String) {
-    let id = uuid::Uuid::new_v4();
+    // Random, with the version nibble set to 8: see `NodeName::is_owner_write_only`.
+    let mut bytes = *uuid::Uuid::new_v4().as_bytes();
+    bytes[6] = (bytes[6] & 0x0f) | 0x80;
+    let id = uuid::Uuid::from_bytes(bytes);
     match layout {
         Layout::Curator => {
             let id = id.hyphenated().to_string();
@@ -270,6 +291,7 @@ mod tests {
                     (n.kind, n.layout, n.sequence, n.protection.as_deref()),
                     (kind, layout, 12, Some(&*id))
                 );
+                assert!(n.is_owner_write_only(), "{prefix} is not marked as ours");
             }
         }
         let (p, _) = new_prefix(Layout::Curator, NodeKind::Write);
@@ -277,6 +299,26 @@ mod tests {
             NodeName::parse(&format!("{p}0000000001")).unwrap().kind,
             NodeKind::Write
         );
+    }
+
+    #[test]
+    fn peers_names_are_not_owner_write_only() {
+        // A Curator (UUID v4) and a kazoo (uuid4 hex) name: their data may be written by
+        // anyone, so a data change on them is never a release.
+        for name in [
+            "_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b-lock-0000000042",
+            "5d1e0f2a9b8c4d3e2f1a0b9c8d7e6f5a__lock__0000000003",
+            "lock-0000000001",
+        ] {
+            let n = NodeName::parse(name).unwrap_or(NodeName {
+                name: name.into(),
+                sequence: 1,
+                kind: NodeKind::Lock,
+                layout: Layout::Curator,
+                protection: None,
+            });
+            assert!(!n.is_owner_write_only(), "{name} taken for ours");
+        }
     }
 
     #[test]

@@ -111,12 +111,26 @@ impl QueueSpec {
         }
     }
 
-    /// Given the lower members (ascending), the node to watch, or `None` when granted.
-    fn watch_target<'a>(&self, lower: &'a [NodeName]) -> Option<&'a NodeName> {
+    /// Given the lower members (ascending), the nodes to watch: none when granted. One node
+    /// (the nearest blocker) for locks, writers, readers and elections. A semaphore waiter
+    /// with exactly `permits` members below is the head of the queue and watches all of them
+    /// (each is a holder: whichever leaves first frees the permit it needs); one further back
+    /// watches only its predecessor, which bumps its node's version when it is granted (see
+    /// `Waiter::grant_if_first`) so the waiter behind becomes the head. Each release thus
+    /// wakes the head alone, whatever the order holders leave in.
+    fn watch_targets(&self, lower: &[NodeName]) -> Vec<NodeName> {
         match self.rule {
-            Rule::Exclusive => lower.last(),
-            Rule::Read => lower.iter().rev().find(|n| self.blocks(n)),
-            Rule::Permits(p) => lower.len().checked_sub(p).map(|i| &lower[i]),
+            Rule::Exclusive => lower.last().cloned().into_iter().collect(),
+            Rule::Read => lower
+                .iter()
+                .rev()
+                .find(|n| self.blocks(n))
+                .cloned()
+                .into_iter()
+                .collect(),
+            Rule::Permits(p) if lower.len() < p => Vec::new(),
+            Rule::Permits(p) if lower.len() == p => lower.to_vec(),
+            Rule::Permits(_) => lower.last().cloned().into_iter().collect(),
         }
     }
 
@@ -155,7 +169,7 @@ struct PendingNode {
 }
 
 impl PendingNode {
-    fn disarm(mut self) {
+    fn disarm(&mut self) {
         self.armed = false;
     }
 }
@@ -178,7 +192,36 @@ impl Drop for PendingNode {
 }
 
 /// Deletes our node: by path if known, else by finding the protection id among the children.
+/// A failure that leaves the outcome unknown (connection loss, timeout) is retried with
+/// backoff for as long as the epoch lives, as Curator's "guaranteed delete" does: a node of
+/// a live session left behind an abandoned acquire would block the queue until the session
+/// ends. Once the epoch is over the node goes with its session.
 async fn delete_ours(epoch: &Epoch, dir: &str, protection: &str, path: Option<&str>) -> Result<()> {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match delete_ours_once(epoch, dir, protection, path).await {
+            Err(err @ (Error::ConnectionLost | Error::Timeout)) => {
+                if epoch.lost_token().is_cancelled() {
+                    return Err(err);
+                }
+                tracing::debug!(%err, dir, "retrying the delete of an abandoned contender node");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = epoch.lost_token().cancelled() => return Err(err),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn delete_ours_once(
+    epoch: &Epoch,
+    dir: &str,
+    protection: &str,
+    path: Option<&str>,
+) -> Result<()> {
     let path = match path {
         Some(p) => p.to_string(),
         None => match find_by_protection(epoch, dir, protection).await? {
@@ -255,328 +298,598 @@ pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> 
                         other => Error::LockLost(other),
                     });
                 }
-                tracing::info!(dir = spec.dir, %reason, "contender re-queues in a new session");
+                tracing::info!(dir = spec.dir, %reason, "contender re-queues");
                 stale = left;
             }
         }
     }
 }
 
-fn create_options(spec: &QueueSpec) -> zk::CreateOptions<'_> {
-    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&spec.acls))
-}
-
+/// One attempt in one epoch, as the steps of a [`Waiter`]: enter the queue, then until
+/// granted (or given up) arm the watches, wait for one event, and react to it. Every await
+/// point of the algorithm is in one of those steps.
 async fn attempt(
     session: &Session,
     spec: &QueueSpec,
     wait: Wait,
     epoch: Arc<Epoch>,
 ) -> Result<Attempt> {
-    let (prefix, protection) = new_prefix(spec.layout, spec.kind);
-    let prefix_path = join(&spec.dir, &prefix);
-    let mut pending = PendingNode {
-        session: session.clone(),
-        epoch: epoch.clone(),
-        dir: spec.dir.clone(),
-        protection: protection.clone(),
-        path: None,
-        armed: true,
+    let mut waiter = match Waiter::enter(session, spec, epoch).await? {
+        Entered::Queued(w) => w,
+        Entered::Done(done) => return Ok(done),
     };
-    let options = create_options(spec);
-    let mut made_parents = 0;
-    // Step 1: create + list in one round trip.
-    let (mine, children) = loop {
-        let create = epoch.create(&prefix_path, &spec.data, &options);
-        let list = epoch.get_children(&spec.dir);
-        let created = create.await;
-        let listed = list.await;
-        match created {
-            Ok((stat, seq)) => {
-                let name = format!("{prefix}{seq}");
-                pending.path = Some(join(&spec.dir, &name));
-                if stat.ephemeral_owner != epoch.session_id {
-                    return Err(Error::ZooKeeper {
-                        op: "create",
-                        path: prefix_path.clone(),
-                        source: zk::Error::UnexpectedError(
-                            "created node is not owned by our session".into(),
-                        ),
-                    });
-                }
-                let node = NodeName::parse(&name).expect("our own node name parses");
-                match listed {
-                    Ok((children, _)) => break ((node, stat.czxid), children),
-                    Err(err) if is_unknown(&err) => return Ok(requeue_or_retry(&epoch, pending)),
-                    Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
-                }
-            }
-            Err(zk::Error::NoNode) if made_parents < 5 => {
-                made_parents += 1;
-                let container = zk::CreateMode::Container.with_acls(zk::Acls::new(&spec.acls));
-                match epoch.create_parents(&prefix_path, &container).await {
-                    Ok(()) => continue,
-                    Err(err) if is_unknown(&err) => return Ok(requeue_or_retry(&epoch, pending)),
-                    Err(zk::Error::NoNode) => {
-                        return Err(Error::InvalidPath {
-                            path: spec.dir.clone(),
-                            reason: "its chroot does not exist",
-                        })
-                    }
-                    Err(err) => return Err(Error::zk("create parent", &spec.dir, err)),
-                }
-            }
-            Err(zk::Error::NoChildrenForEphemerals) => {
-                pending.disarm();
-                return Err(Error::InvalidArgument(format!(
-                    "{} is an ephemeral node and cannot hold a lock queue: pick another path",
-                    spec.dir
-                )));
-            }
-            Err(err) if is_unknown(&err) => {
-                // Outcome unknown: look for our protection id once the session is back.
-                match recover_unknown_create(&epoch, spec, &protection).await {
-                    Some((path, node, czxid)) => {
-                        pending.path = Some(path);
-                        match epoch.get_children(&spec.dir).await {
-                            Ok((children, _)) => break ((node, czxid), children),
-                            Err(_) => return Ok(requeue_or_retry(&epoch, pending)),
-                        }
-                    }
-                    None => return Ok(requeue_or_retry(&epoch, pending)),
-                }
-            }
-            Err(err) => {
-                pending.disarm();
-                return Err(Error::zk("create", &spec.dir, err));
-            }
-        }
-    };
-    let (me, czxid) = mine;
-    let my_path = join(&spec.dir, &me.name);
-    if !children.contains(&me.name) {
-        // The session answers in order, so the listing sent after our create saw our node
-        // unless someone deleted it in between (an administrator, or its whole directory).
-        pending.disarm();
-        return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
-    }
-    let mut lower: Vec<NodeName> = children
-        .iter()
-        .filter_map(|c| NodeName::parse(c))
-        .filter(|n| spec.is_member(n) && n.sequence < me.sequence)
-        .collect();
-    lower.sort_by_key(|n| n.sequence);
-
-    if spec.watch_target(&lower).is_none() {
-        pending.disarm();
-        return Ok(Attempt::Granted(Granted {
-            epoch,
-            path: my_path,
-            name: me,
-            czxid,
-            own_watch: None,
-        }));
-    }
-    let deadline = match wait {
-        Wait::Try => {
-            // Busy: remove our node before answering.
-            pending.disarm();
-            match tokio::time::timeout(Duration::from_secs(10), epoch.delete(&my_path, None)).await
-            {
-                Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
-                _ => spawn_delete(session, &epoch, my_path.clone()),
-            }
-            return Err(Error::WouldBlock);
-        }
-        Wait::Until(deadline) => deadline,
-    };
-
-    // Step 2: wait, watching one blocker and our own node.
-    let mut own_watch: Option<WatchFuture> = None;
-    let mut missing_in_a_row = 0;
-    let mut blips = 0;
-    // Whether our own node is known to exist: from the listing that contained it, until a
-    // plain deletion below us (an administrator deleting the directory deletes ours too, and
-    // its event may not have reached our own-node watch yet).
-    let mut confirmed = true;
     loop {
-        let Some(target) = spec.watch_target(&lower).cloned() else {
-            if !confirmed {
-                match epoch.check_stat(&my_path).await {
-                    Ok(Some(stat)) if stat.czxid == czxid => {}
-                    Ok(_) => {
-                        pending.disarm();
-                        return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
-                    }
-                    Err(err) if is_unknown(&err) => return Ok(requeue_or_retry(&epoch, pending)),
-                    Err(err) => return Err(Error::zk("exists", &my_path, err)),
-                }
-            }
-            // First in line, unless our own node is gone already: a waiter woken by its
-            // predecessor may have our node's deletion (delivered first) ready as well.
-            match own_watch_fired(&mut own_watch).map(|e| e.event_type) {
-                Some(zk::EventType::NodeDeleted) => {
-                    pending.disarm();
-                    return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
-                }
-                Some(zk::EventType::Session) => return Ok(requeue_or_retry(&epoch, pending)),
-                _ => {}
-            }
-            pending.disarm();
-            return Ok(Attempt::Granted(Granted {
-                epoch,
-                path: my_path,
-                name: me,
-                czxid,
-                own_watch,
-            }));
-        };
-        let target_path = join(&spec.dir, &target.name);
-        let watch = epoch.check_and_watch_stat(&target_path);
-        let (watched, own) = if own_watch.is_none() {
-            let own = epoch.check_and_watch_stat(&my_path);
-            let watched = watch.await;
-            (watched, Some(own.await))
-        } else {
-            (watch.await, None)
-        };
-        let mut unknown = false;
-        if let Some(own) = own {
-            match own {
-                Ok((Some(stat), w)) if stat.czxid == czxid => {
-                    own_watch = Some(Box::pin(w.changed()))
-                }
-                Ok((_, _)) => return Ok(Attempt::Requeue(LossReason::NodeDeleted, None)),
-                Err(err) if is_unknown(&err) => unknown = true,
-                Err(err) => return Err(Error::zk("exists", &my_path, err)),
-            }
+        if let Some(done) = waiter.grant_if_first().await? {
+            return Ok(done);
         }
-        let watcher = match watched {
-            Ok((Some(w_stat), w)) if !unknown => {
-                let _ = w_stat;
-                w
-            }
-            Ok((None, _)) if !unknown => {
-                // Gone already: walk back, or re-list after several misses.
-                lower.retain(|n| n.sequence != target.sequence);
-                confirmed = false;
-                missing_in_a_row += 1;
-                if spec.relist_after(&target) || missing_in_a_row >= 3 {
-                    missing_in_a_row = 0;
-                    match relist(&epoch, spec, &me).await {
-                        Ok(l) => {
-                            lower = l;
-                            confirmed = true;
-                        }
-                        Err(err) if is_unknown(&err) => {}
-                        // The directory was deleted, and our node with it.
-                        Err(zk::Error::NoNode) => {
-                            pending.disarm();
-                            return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
+        let deadline = match wait {
+            Wait::Try => return Err(waiter.withdraw(Error::WouldBlock).await),
+            Wait::Until(deadline) => deadline,
+        };
+        let watches = match waiter.arm().await? {
+            Armed::Watching(watches) => watches,
+            Armed::Again => continue,
+            Armed::Done(done) => return Ok(done),
+        };
+        let woke = waiter.wait(watches, deadline).await;
+        if let Some(done) = waiter.react(woke).await? {
+            return Ok(done);
+        }
+    }
+}
+
+/// A contender with a node in the queue, in one epoch.
+struct Waiter<'a> {
+    session: &'a Session,
+    spec: &'a QueueSpec,
+    epoch: Arc<Epoch>,
+    /// Deletes our node if the attempt is dropped or fails before it is granted.
+    pending: PendingNode,
+    me: NodeName,
+    my_path: String,
+    czxid: i64,
+    /// Members below us still believed to exist, ascending.
+    lower: Vec<NodeName>,
+    /// The `exists` watch on our own node, once armed.
+    own_watch: Option<WatchFuture>,
+    /// Whether our own node is known to exist: from a listing that contained it, until a
+    /// plain deletion below us (an administrator deleting the directory deletes ours too, and
+    /// its event may not have reached our own-node watch yet).
+    confirmed: bool,
+    missing_in_a_row: u32,
+    blips: u32,
+    /// Whether we armed a watch before being granted (a semaphore lease granted after waiting
+    /// tells the waiter behind it, see `grant_if_first`).
+    waited: bool,
+}
+
+enum Entered<'a> {
+    Queued(Waiter<'a>),
+    Done(Attempt),
+}
+
+/// What arming found.
+enum Armed {
+    /// Every target exists and is watched, and so is our own node.
+    Watching(Vec<(NodeName, zk::OneshotWatcher)>),
+    /// The picture changed (a target is gone, a re-list, a connection blip): decide again.
+    Again,
+    Done(Attempt),
+}
+
+/// What ended a wait.
+enum Woke {
+    Watched(NodeName, zk::WatchedEvent),
+    Own(zk::WatchedEvent),
+    EpochLost,
+    Deadline,
+}
+
+impl<'a> Waiter<'a> {
+    /// Step 1: create our node and list the directory in one round trip; refuse a path held
+    /// by contenders of another kind.
+    async fn enter(
+        session: &'a Session,
+        spec: &'a QueueSpec,
+        epoch: Arc<Epoch>,
+    ) -> Result<Entered<'a>> {
+        let (prefix, protection) = new_prefix(spec.layout, spec.kind);
+        let prefix_path = join(&spec.dir, &prefix);
+        let mut pending = PendingNode {
+            session: session.clone(),
+            epoch: epoch.clone(),
+            dir: spec.dir.clone(),
+            protection: protection.clone(),
+            path: None,
+            armed: true,
+        };
+        let acls = epoch.contender_acls(&spec.acls);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
+        let semaphore = matches!(spec.rule, Rule::Permits(_));
+        let mut made_parents = 0;
+        let (me, czxid, children, dir_data) = loop {
+            let create = epoch.create(&prefix_path, &spec.data, &options);
+            let list = epoch.get_children(&spec.dir);
+            let dir_data = semaphore.then(|| epoch.get_data(&spec.dir));
+            let created = create.await;
+            let listed = list.await;
+            let dir_data = match dir_data {
+                Some(read) => Some(read.await),
+                None => None,
+            };
+            match created {
+                Ok((stat, seq)) => {
+                    let name = format!("{prefix}{seq}");
+                    pending.path = Some(join(&spec.dir, &name));
+                    if stat.ephemeral_owner != epoch.session_id {
+                        return Err(Error::ZooKeeper {
+                            op: "create",
+                            path: prefix_path.clone(),
+                            source: zk::Error::UnexpectedError(
+                                "created node is not owned by our session".into(),
+                            ),
+                        });
+                    }
+                    let node = NodeName::parse(&name).expect("our own node name parses");
+                    match listed {
+                        Ok((children, _)) => break (node, stat.czxid, children, dir_data),
+                        Err(err) if is_unknown(&err) => {
+                            return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
                         }
                         Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
                     }
                 }
-                continue;
-            }
-            Err(err) if !is_unknown(&err) => return Err(Error::zk("exists", &target_path, err)),
-            _ => {
-                // A connection blip: requests sent while disconnected wait for the reconnect,
-                // so this does not spin. Re-read the queue, or re-queue if the epoch ended.
-                blips += 1;
-                if epoch.lost_token().is_cancelled() || blips > 20 {
-                    return Ok(requeue_or_retry(&epoch, pending));
-                }
-                match relist(&epoch, spec, &me).await {
-                    Ok(l) => {
-                        lower = l;
-                        confirmed = true;
+                Err(zk::Error::NoNode) if made_parents < 5 => {
+                    made_parents += 1;
+                    let container = zk::CreateMode::Container.with_acls(zk::Acls::new(&spec.acls));
+                    match epoch.create_parents(&prefix_path, &container).await {
+                        Ok(()) => continue,
+                        Err(err) if is_unknown(&err) => {
+                            return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
+                        }
+                        Err(zk::Error::NoNode) => {
+                            return Err(Error::InvalidPath {
+                                path: spec.dir.clone(),
+                                reason: "its chroot does not exist",
+                            })
+                        }
+                        Err(err) => return Err(Error::zk("create parent", &spec.dir, err)),
                     }
-                    Err(zk::Error::NoNode) => {
-                        pending.disarm();
-                        return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
-                    }
-                    Err(_) => {}
                 }
-                continue;
+                Err(zk::Error::NoChildrenForEphemerals) => {
+                    pending.disarm();
+                    return Err(Error::InvalidArgument(format!(
+                        "{} is an ephemeral node and cannot hold a lock queue: pick another path",
+                        spec.dir
+                    )));
+                }
+                Err(err) if is_unknown(&err) => {
+                    // Outcome unknown: look for our protection id once the session is back.
+                    let Some((path, node, czxid)) =
+                        recover_unknown_create(&epoch, spec, &protection).await
+                    else {
+                        return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)));
+                    };
+                    pending.path = Some(path);
+                    let list = epoch.get_children(&spec.dir);
+                    let dir_data = semaphore.then(|| epoch.get_data(&spec.dir));
+                    let listed = list.await;
+                    let dir_data = match dir_data {
+                        Some(read) => Some(read.await),
+                        None => None,
+                    };
+                    match listed {
+                        Ok((children, _)) => break (node, czxid, children, dir_data),
+                        Err(_) => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
+                    }
+                }
+                Err(err) => {
+                    pending.disarm();
+                    return Err(Error::zk("create", &spec.dir, err));
+                }
             }
         };
-        missing_in_a_row = 0;
-        let own_fut = own_watch.as_mut().expect("own watch set above");
+        let my_path = join(&spec.dir, &me.name);
+        if !children.contains(&me.name) {
+            // The session answers in order, so the listing sent after our create saw our node
+            // unless someone deleted it in between (an administrator, or its whole directory).
+            pending.disarm();
+            return Ok(Entered::Done(Attempt::Requeue(
+                LossReason::NodeDeleted,
+                None,
+            )));
+        }
+        let mut waiter = Waiter {
+            session,
+            spec,
+            epoch,
+            pending,
+            me,
+            my_path,
+            czxid,
+            lower: Vec::new(),
+            own_watch: None,
+            confirmed: true,
+            missing_in_a_row: 0,
+            blips: 0,
+            waited: false,
+        };
+        match waiter.check_kind(&children, dir_data).await {
+            Ok(()) => {}
+            Err(KindCheck::Conflict(err)) => return Err(waiter.withdraw(err).await),
+            Err(KindCheck::Unknown) => {
+                return Ok(Entered::Done(requeue_or_retry(
+                    &waiter.epoch,
+                    &mut waiter.pending,
+                )))
+            }
+        }
+        waiter.lower = lower_members(spec, &children, &waiter.me);
+        Ok(Entered::Queued(waiter))
+    }
+
+    /// One path, one kind: contenders of another recipe do not exclude ours (and ours not
+    /// them), and semaphores must agree on the permit count, which the first contender
+    /// stores in the directory's data (as kazoo's `Semaphore` does).
+    async fn check_kind(
+        &mut self,
+        children: &[String],
+        dir_data: Option<std::result::Result<(Vec<u8>, zk::Stat), zk::Error>>,
+    ) -> std::result::Result<(), KindCheck> {
+        let spec = self.spec;
+        if let Some(other) = children
+            .iter()
+            .filter_map(|c| NodeName::parse(c))
+            .find(|n| !spec.is_member(n))
+        {
+            return Err(KindCheck::Conflict(Error::PathInUse {
+                path: spec.dir.clone(),
+                found: describe_kind(other.kind).to_string(),
+                ours: describe_kind(spec.kind).to_string(),
+            }));
+        }
+        let Rule::Permits(permits) = spec.rule else {
+            return Ok(());
+        };
+        let want = permits.to_string();
+        let (data, stat) = match dir_data {
+            Some(Ok(read)) => read,
+            Some(Err(err)) if is_unknown(&err) => return Err(KindCheck::Unknown),
+            // The directory is gone (and our node with it): the wait finds out.
+            Some(Err(_)) | None => return Ok(()),
+        };
+        let stored = String::from_utf8_lossy(&data).trim().to_string();
+        if stored == want {
+            return Ok(());
+        }
+        let conflict = |stored: &str| {
+            KindCheck::Conflict(Error::PathInUse {
+                path: spec.dir.clone(),
+                found: format!("a semaphore with {stored} permits"),
+                ours: format!("a semaphore with {permits} permits"),
+            })
+        };
+        let others = children
+            .iter()
+            .filter(|c| **c != self.me.name)
+            .filter_map(|c| NodeName::parse(c))
+            .filter(|n| n.kind == NodeKind::Lease)
+            .count();
+        let numeric = stored.parse::<usize>().is_ok();
+        if !stored.is_empty() && !numeric {
+            // Data we did not write: leave it alone (and the count unchecked).
+            tracing::warn!(
+                dir = spec.dir,
+                "the semaphore's directory holds foreign data; its permit count is not checked"
+            );
+            return Ok(());
+        }
+        if !stored.is_empty() && others > 0 {
+            return Err(conflict(&stored));
+        }
+        // Empty, or a count left by earlier contenders that are all gone: ours now.
+        match self
+            .epoch
+            .set_data(&spec.dir, want.as_bytes(), Some(stat.version))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(zk::Error::BadVersion) => match self.epoch.get_data(&spec.dir).await {
+                Ok((data, _)) if String::from_utf8_lossy(&data).trim() == want => Ok(()),
+                Ok((data, _)) => Err(conflict(String::from_utf8_lossy(&data).trim())),
+                Err(err) if is_unknown(&err) => Err(KindCheck::Unknown),
+                Err(_) => Ok(()),
+            },
+            Err(err) if is_unknown(&err) => Err(KindCheck::Unknown),
+            Err(err) => {
+                tracing::warn!(dir = spec.dir, %err, "cannot store the semaphore's permit count; it is not checked");
+                Ok(())
+            }
+        }
+    }
+
+    /// Grants the lock when nothing below blocks us any more, after checking that our own node
+    /// is still there and that the epoch has not ended meanwhile (a create that completed in
+    /// an epoch the loss policy has already given up must re-queue, not be lost at birth).
+    async fn grant_if_first(&mut self) -> Result<Option<Attempt>> {
+        if !self.spec.watch_targets(&self.lower).is_empty() {
+            return Ok(None);
+        }
+        if !self.confirmed {
+            match self.epoch.check_stat(&self.my_path).await {
+                Ok(Some(stat)) if stat.czxid == self.czxid => self.confirmed = true,
+                Ok(_) => return Ok(Some(self.node_deleted())),
+                Err(err) if is_unknown(&err) => return Ok(Some(self.requeue())),
+                Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
+            }
+        }
+        // Our own node may be gone already: a waiter woken by its predecessor may have our
+        // node's deletion (delivered first) ready as well.
+        match own_watch_fired(&mut self.own_watch).map(|e| e.event_type) {
+            Some(zk::EventType::NodeDeleted) => return Ok(Some(self.node_deleted())),
+            Some(zk::EventType::Session) => return Ok(Some(self.requeue())),
+            _ => {}
+        }
+        if self.epoch.is_over() || self.epoch.grace_passed() {
+            return Ok(Some(self.requeue()));
+        }
+        self.pending.disarm();
+        if self.waited && matches!(self.spec.rule, Rule::Permits(_)) {
+            // The waiter behind us watches our node and learns from this version bump that it
+            // is now the head of the queue (see `watch_targets`). Queued now, never awaited:
+            // it does not delay our grant.
+            drop(self.epoch.set_data(&self.my_path, &self.spec.data, Some(0)));
+        }
+        Ok(Some(Attempt::Granted(Granted {
+            epoch: self.epoch.clone(),
+            path: self.my_path.clone(),
+            name: self.me.clone(),
+            czxid: self.czxid,
+            own_watch: self.own_watch.take(),
+        })))
+    }
+
+    /// Step 2: watch the nodes that block us, and our own node.
+    async fn arm(&mut self) -> Result<Armed> {
+        let spec = self.spec;
+        let targets = spec.watch_targets(&self.lower);
+        let semaphore_predecessor = matches!(spec.rule, Rule::Permits(p) if self.lower.len() > p);
+        let epoch = self.epoch.clone();
+        // Pipelined: every watch is sent before the first reply is awaited.
+        let watches: Vec<_> = targets
+            .iter()
+            .map(|t| epoch.check_and_watch_stat(&join(&spec.dir, &t.name)))
+            .collect();
+        let own = self
+            .own_watch
+            .is_none()
+            .then(|| epoch.check_and_watch_stat(&self.my_path));
+        let watched = futures::future::join_all(watches).await;
+        let mut unknown = false;
+        if let Some(own) = own {
+            match own.await {
+                Ok((Some(stat), w)) if stat.czxid == self.czxid => {
+                    self.own_watch = Some(Box::pin(w.changed()))
+                }
+                Ok(_) => return Ok(Armed::Done(self.node_deleted())),
+                Err(err) if is_unknown(&err) => unknown = true,
+                Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
+            }
+        }
+        let mut armed = Vec::with_capacity(targets.len());
+        let mut gone = Vec::new();
+        let mut predecessor_granted = false;
+        for (target, result) in targets.into_iter().zip(watched) {
+            match result {
+                Ok((Some(stat), w)) => {
+                    predecessor_granted |= semaphore_predecessor && stat.version > 0;
+                    armed.push((target, w));
+                }
+                Ok((None, _)) => gone.push(target),
+                Err(err) if is_unknown(&err) => unknown = true,
+                Err(err) => return Err(Error::zk("exists", &join(&spec.dir, &target.name), err)),
+            }
+        }
+        if unknown {
+            return self.blip().await;
+        }
+        if !gone.is_empty() {
+            // Gone already: walk back, or re-list after several misses.
+            self.lower
+                .retain(|n| !gone.iter().any(|g| g.sequence == n.sequence));
+            self.confirmed = false;
+            self.missing_in_a_row += 1;
+            if gone.iter().any(|g| spec.relist_after(g)) || self.missing_in_a_row >= 3 {
+                self.missing_in_a_row = 0;
+                if let Some(done) = self.relist().await? {
+                    return Ok(Armed::Done(done));
+                }
+            }
+            return Ok(Armed::Again);
+        }
+        if predecessor_granted {
+            // The semaphore waiter ahead of us holds a lease already: we may be the head now.
+            if let Some(done) = self.relist().await? {
+                return Ok(Armed::Done(done));
+            }
+            return Ok(Armed::Again);
+        }
+        self.missing_in_a_row = 0;
+        self.waited = true;
+        Ok(Armed::Watching(armed))
+    }
+
+    /// Step 3: wait for one event: a watched node, our own node, the epoch's end or the
+    /// deadline.
+    async fn wait(
+        &mut self,
+        watches: Vec<(NodeName, zk::OneshotWatcher)>,
+        deadline: Option<Instant>,
+    ) -> Woke {
+        let watched = futures::future::select_all(watches.into_iter().map(|(target, w)| {
+            Box::pin(async move {
+                let event = w.changed().await;
+                (target, event)
+            })
+        }));
+        let own = self.own_watch.as_mut().expect("own watch armed");
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
                 None => std::future::pending().await,
             }
         };
-        enum Woke {
-            Watched(zk::WatchedEvent),
-            Own(zk::WatchedEvent),
-            EpochLost,
-            Deadline,
-        }
-        let woke = tokio::select! {
-            event = watcher.changed() => Woke::Watched(event),
-            event = own_fut => Woke::Own(event),
+        let epoch = self.epoch.clone();
+        tokio::select! {
+            ((target, event), _, _) = watched => Woke::Watched(target, event),
+            event = own => Woke::Own(event),
             _ = epoch.lost_token().cancelled() => Woke::EpochLost,
             _ = sleep => Woke::Deadline,
-        };
+        }
+    }
+
+    /// Step 4: react to what woke us.
+    async fn react(&mut self, woke: Woke) -> Result<Option<Attempt>> {
+        let spec = self.spec;
         match woke {
-            Woke::Watched(event) => match event.event_type {
-                zk::EventType::NodeDataChanged if spec.mark_grants(&target) => {
-                    // Nothing below the marked node can exist: granted (at the top of the loop,
-                    // which checks that our own node is still there).
-                    lower.clear();
+            Woke::Watched(target, event) => match event.event_type {
+                zk::EventType::Session => return Ok(Some(self.requeue())),
+                zk::EventType::NodeDataChanged
+                    if spec.mark_grants(&target) && target.is_owner_write_only() =>
+                {
+                    // A release mark: only the session that made the node can write its data
+                    // (its ACL), and it writes only this, in the transaction that deletes the
+                    // node. The node held the lock alone, so nothing below it can exist:
+                    // granted (`grant_if_first` still checks that our own node is there).
+                    self.lower.clear();
                 }
-                zk::EventType::NodeDataChanged | zk::EventType::NodeDeleted => {
-                    lower.retain(|n| n.sequence != target.sequence);
-                    confirmed = false;
+                zk::EventType::NodeDataChanged if !matches!(spec.rule, Rule::Permits(_)) => {
+                    // Someone wrote the data of a node that anyone may write (a Curator or
+                    // kazoo contender; an operator's `set`, Curator's `Revoker`): that is not
+                    // a release. Look again: arming finds out whether the node is still there.
+                }
+                zk::EventType::NodeDataChanged => {
+                    // A semaphore lease bumped on its grant (or rewritten): re-read the queue.
+                    if let Some(done) = self.relist().await? {
+                        return Ok(Some(done));
+                    }
+                }
+                zk::EventType::NodeDeleted => {
+                    self.lower.retain(|n| n.sequence != target.sequence);
+                    self.confirmed = false;
                     if spec.relist_after(&target) {
-                        match relist(&epoch, spec, &me).await {
-                            Ok(l) => {
-                                lower = l;
-                                confirmed = true;
-                            }
-                            Err(err) if is_unknown(&err) => {}
-                            // The directory was deleted, and our node with it.
-                            Err(zk::Error::NoNode) => {
-                                pending.disarm();
-                                return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
-                            }
-                            Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
+                        if let Some(done) = self.relist().await? {
+                            return Ok(Some(done));
                         }
                     }
                 }
-                zk::EventType::Session => return Ok(requeue_or_retry(&epoch, pending)),
+                // A stale NodeCreated of an earlier watch: look again.
                 _ => {}
             },
             Woke::Own(event) => {
                 // Our own node changed: deleted by someone else, or the session ended. Any
                 // other event (a stale NodeCreated of an earlier exists watch): re-arm.
-                if event.event_type == zk::EventType::Session {
-                    return Ok(requeue_or_retry(&epoch, pending));
+                self.own_watch = None;
+                match event.event_type {
+                    zk::EventType::Session => return Ok(Some(self.requeue())),
+                    zk::EventType::NodeDeleted => {
+                        // Queued now, awaited by nobody: the request is sent either way.
+                        drop(self.epoch.delete(&self.my_path, None));
+                        return Ok(Some(self.node_deleted()));
+                    }
+                    _ => {}
                 }
-                if event.event_type != zk::EventType::NodeDeleted {
-                    own_watch = None;
-                    continue;
-                }
-                pending.disarm();
-                // Queued now, awaited by nobody: the request is sent either way.
-                drop(epoch.delete(&my_path, None));
-                return Ok(Attempt::Requeue(LossReason::NodeDeleted, None));
             }
-            Woke::EpochLost => return Ok(requeue_or_retry(&epoch, pending)),
-            Woke::Deadline => {
-                pending.disarm();
-                match tokio::time::timeout(Duration::from_secs(10), epoch.delete(&my_path, None))
-                    .await
-                {
-                    Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
-                    _ => spawn_delete(session, &epoch, my_path.clone()),
-                }
-                return Err(Error::Timeout);
+            Woke::EpochLost => return Ok(Some(self.requeue())),
+            Woke::Deadline => return Err(self.withdraw(Error::Timeout).await),
+        }
+        Ok(None)
+    }
+
+    /// A request failed with the outcome unknown. Requests sent while disconnected wait for
+    /// the reconnect, so this does not spin: re-read the queue, or re-queue if the epoch ended.
+    async fn blip(&mut self) -> Result<Armed> {
+        self.blips += 1;
+        if self.epoch.lost_token().is_cancelled() || self.blips > 20 {
+            return Ok(Armed::Done(self.requeue()));
+        }
+        match relist(&self.epoch, self.spec, &self.me).await {
+            Ok(lower) => {
+                self.lower = lower;
+                self.confirmed = true;
             }
+            Err(zk::Error::NoNode) => return Ok(Armed::Done(self.node_deleted())),
+            Err(_) => {}
+        }
+        Ok(Armed::Again)
+    }
+
+    /// Re-reads the members below us. `Some` when the attempt is over (our node is gone).
+    async fn relist(&mut self) -> Result<Option<Attempt>> {
+        match relist(&self.epoch, self.spec, &self.me).await {
+            Ok(lower) => {
+                self.lower = lower;
+                self.confirmed = true;
+                Ok(None)
+            }
+            Err(err) if is_unknown(&err) => Ok(None),
+            // The directory was deleted, or our node was: re-queue.
+            Err(zk::Error::NoNode) => Ok(Some(self.node_deleted())),
+            Err(err) => Err(Error::zk("get_children", &self.spec.dir, err)),
         }
     }
+
+    /// Gives up: removes our node before answering `err`.
+    async fn withdraw(&mut self, err: Error) -> Error {
+        self.pending.disarm();
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            self.epoch.delete(&self.my_path, None),
+        )
+        .await
+        {
+            Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
+            _ => spawn_delete(self.session, &self.epoch, self.my_path.clone()),
+        }
+        err
+    }
+
+    fn node_deleted(&mut self) -> Attempt {
+        self.pending.disarm();
+        Attempt::Requeue(LossReason::NodeDeleted, None)
+    }
+
+    fn requeue(&mut self) -> Attempt {
+        requeue_or_retry(&self.epoch, &mut self.pending)
+    }
+}
+
+/// Why `check_kind` refused, or could not tell.
+enum KindCheck {
+    Conflict(Error),
+    Unknown,
+}
+
+/// How a node kind is named in a [`Error::PathInUse`].
+fn describe_kind(kind: NodeKind) -> &'static str {
+    match kind {
+        NodeKind::Lock | NodeKind::Read | NodeKind::Write => {
+            "a lock (fair lock or read/write lock nodes)"
+        }
+        NodeKind::Latch => "a leader election (latch nodes)",
+        NodeKind::Lease => "a semaphore (lease nodes)",
+    }
+}
+
+/// The members of `children` below `me`, ascending.
+fn lower_members(spec: &QueueSpec, children: &[String], me: &NodeName) -> Vec<NodeName> {
+    let mut lower: Vec<NodeName> = children
+        .iter()
+        .filter_map(|c| NodeName::parse(c))
+        .filter(|n| spec.is_member(n) && n.sequence < me.sequence)
+        .collect();
+    lower.sort_by_key(|n| n.sequence);
+    lower
 }
 
 /// Our own node's watch event, if it has fired already (the watch is then used up).
@@ -595,16 +908,27 @@ fn spawn_delete(session: &Session, epoch: &Arc<Epoch>, path: String) {
 
 /// The epoch failed under us. If it has ended, re-queue (remembering our node, if any, as
 /// stale); if it is still alive (a connection blip), re-queue too, after deleting our node.
-fn requeue_or_retry(epoch: &Arc<Epoch>, mut pending: PendingNode) -> Attempt {
+fn requeue_or_retry(epoch: &Arc<Epoch>, pending: &mut PendingNode) -> Attempt {
     let reason = epoch.loss_reason().unwrap_or(LossReason::ConnectionLost);
     let path = pending.path.clone();
     if epoch.lost_token().is_cancelled() {
         pending.disarm();
         Attempt::Requeue(reason, path)
     } else {
-        // Still the same session: the PendingNode's drop deletes the node in the background.
+        // Still the same session: delete the node in the background, retried while it lives.
         pending.armed = true;
-        drop(pending);
+        let (dir, protection, path) = (
+            pending.dir.clone(),
+            pending.protection.clone(),
+            pending.path.clone(),
+        );
+        pending.disarm();
+        let epoch = epoch.clone();
+        pending.session.spawn_tracked(async move {
+            if let Err(err) = delete_ours(&epoch, &dir, &protection, path.as_deref()).await {
+                tracing::warn!(%err, dir, "could not delete an abandoned contender node; it goes when the session ends");
+            }
+        });
         Attempt::Requeue(LossReason::ConnectionLost, None)
     }
 }
@@ -641,13 +965,7 @@ async fn relist(
         // another contender's node may carry our old number.
         return Err(zk::Error::NoNode);
     }
-    let mut lower: Vec<NodeName> = children
-        .iter()
-        .filter_map(|c| NodeName::parse(c))
-        .filter(|n| spec.is_member(n) && n.sequence < me.sequence)
-        .collect();
-    lower.sort_by_key(|n| n.sequence);
-    Ok(lower)
+    Ok(lower_members(spec, &children, me))
 }
 
 /// Errors after which a request may or may not have been applied, or the session is gone:
@@ -817,6 +1135,7 @@ impl Holding {
                         .unwrap_or(LossReason::SessionExpired)
                 };
                 let mut own = own;
+                let mut backoff = Duration::from_millis(20);
                 loop {
                     // On stop, hand the own-node watch (armed or in flight) back to the
                     // release, which lets its own write use the watch up.
@@ -830,14 +1149,25 @@ impl Holding {
                         Checked::Armed(w) => w,
                         Checked::Missing => return set(LossReason::NodeDeleted),
                         Checked::Gated => return None,
-                        // A connection error: the epoch's end, if it comes, is the signal.
+                        // The request failed (a connection blip): no watch is set. Arm it again
+                        // for as long as the epoch lives; a request made while disconnected
+                        // waits for the reconnect, and the backoff keeps a flapping connection
+                        // from spinning.
                         Checked::Failed => {
                             tokio::select! {
                                 _ = stop.cancelled() => return None,
                                 _ = epoch_token.cancelled() => return set(epoch_ended()),
+                                _ = tokio::time::sleep(backoff) => {}
                             }
+                            backoff = (backoff * 2).min(Duration::from_secs(1));
+                            let Some(epoch) = epoch_weak.upgrade() else {
+                                return set(epoch_ended());
+                            };
+                            own = arm_own_watch(epoch, path.clone(), czxid, gate.clone());
+                            continue;
                         }
                     };
+                    backoff = Duration::from_millis(20);
                     let event = tokio::select! {
                         biased;
                         _ = stop.cancelled() => return Some(Box::pin(std::future::ready(Checked::Armed(watch))) as OwnCheck),

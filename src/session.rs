@@ -285,6 +285,7 @@ impl SessionBuilder {
             #[cfg(feature = "tls")]
             tls: self.tls,
             peers: Vec::new(),
+            identity: Arc::new(Identity::new()),
         })
     }
 }
@@ -296,6 +297,46 @@ fn check_timeout(what: &str, d: Duration) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// A digest identity that only this session manager knows: a random user and password made
+/// when the [`Session`] is built, added to every ZooKeeper session it opens. Contender nodes
+/// grant WRITE and ADMIN to this identity alone (see [`Epoch::contender_acls`]), so a change
+/// of a contender node's data can only come from the session that created it, which writes
+/// nothing but its release mark (and, for a semaphore lease, a version bump on its grant).
+/// That is what lets a waiter trust a data-change notification as a release; a foreign
+/// `set` (an operator, Curator's `Revoker`) is refused with `NoAuth` instead of handing the
+/// lock on.
+pub(crate) struct Identity {
+    /// `user:password`, sent in the `digest` auth packet.
+    credentials: String,
+    /// `user:base64(sha1(user:password))`, the id of a `digest` ACL entry.
+    acl_id: String,
+}
+
+impl Identity {
+    fn new() -> Identity {
+        use base64::Engine as _;
+        use sha1::Digest as _;
+        let user = format!("zk-recipes-{}", uuid::Uuid::new_v4().simple());
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let credentials = format!("{user}:{password}");
+        let hash =
+            base64::engine::general_purpose::STANDARD.encode(sha1::Sha1::digest(&credentials));
+        Identity {
+            acl_id: format!("{user}:{hash}"),
+            credentials,
+        }
+    }
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the password.
+        f.debug_struct("Identity")
+            .field("user", &self.acl_id.split(':').next())
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -310,6 +351,8 @@ struct Config {
     tls: Option<zk::TlsOptions>,
     /// The servers' resolved addresses, for TCP_NODELAY (see `crate::net`).
     peers: Vec<std::net::SocketAddr>,
+    /// This session manager's own digest identity (see [`Identity`]).
+    identity: Arc<Identity>,
 }
 
 impl Config {
@@ -340,6 +383,7 @@ async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> 
         if let Some((user, password)) = &config.auth {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
+        connector = connector.with_auth("digest", config.identity.credentials.as_bytes());
         let connecting = async {
             #[cfg(feature = "tls")]
             if let Some(tls) = &config.tls {
@@ -429,6 +473,7 @@ pub(crate) struct Epoch {
     /// Under the `Grace` policy: how long after the newest answered request was sent the
     /// epoch counts as lost.
     grace: Option<Duration>,
+    identity: Arc<Identity>,
 }
 
 impl std::fmt::Debug for Epoch {
@@ -535,6 +580,34 @@ impl Epoch {
         self.track(self.client.get_data(path))
     }
 
+    pub(crate) fn set_data(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+    ) -> impl Future<Output = ZkResult<zk::Stat>> + Send + 'static {
+        self.track(self.client.set_data(path, data, version))
+    }
+
+    /// The ACL of a contender node: what the caller asked for, less WRITE and ADMIN, plus
+    /// every right for this session manager's own identity. Anyone the caller allowed may
+    /// still read the node, and deleting it is governed by its parent, so peers (Curator,
+    /// kazoo, `zkr holders`) see it as before; only its data and ACL are ours alone.
+    pub(crate) fn contender_acls(&self, asked: &[zk::Acl]) -> Vec<zk::Acl> {
+        use zk::Permission as P;
+        let keep = P::READ | P::CREATE | P::DELETE;
+        let mut acls: Vec<zk::Acl> = asked
+            .iter()
+            .filter(|a| (a.permission() & keep) != P::NONE)
+            .map(|a| zk::Acl::new(a.permission() & keep, a.auth_id().clone()))
+            .collect();
+        acls.push(zk::Acl::new(
+            P::ALL,
+            zk::AuthId::new("digest", &self.identity.acl_id),
+        ));
+        acls
+    }
+
     pub(crate) fn check_stat(
         &self,
         path: &str,
@@ -634,6 +707,11 @@ struct Shared {
     counters: Arc<Counters>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
+    /// Nodes (by czxid) that something in this process has claimed as its own: a live guard,
+    /// or a cleanup about to delete the node. See [`Session::claim`].
+    claims: Mutex<std::collections::HashSet<i64>>,
+    /// One async mutex per simple-lock path, see [`Session::serialize_path`].
+    path_locks: Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
 }
 
 /// Cancels the supervisor when the last [`Session`] handle goes.
@@ -721,6 +799,8 @@ impl Session {
             counters: Arc::new(Counters::default()),
             tracker: TaskTracker::new(),
             shutdown: shutdown.clone(),
+            claims: Mutex::new(Default::default()),
+            path_locks: Mutex::new(Default::default()),
         });
         let epoch = shared.install(client, 1);
         tokio::spawn(supervise(shared.clone(), epoch));
@@ -836,6 +916,44 @@ impl Session {
             .filter(|e| !e.is_over())
     }
 
+    /// Claims the node created at `czxid` for one owner in this process (a guard, or a cleanup
+    /// that will delete it): `false` if something else claimed it first. A node's czxid names
+    /// it for good (a node made again at the same path has another), so two guards, two
+    /// handles or a guard and a cancelled acquire of one session can never both decide that
+    /// the same node is theirs.
+    pub(crate) fn claim(&self, czxid: i64) -> bool {
+        self.shared.claims.lock().unwrap().insert(czxid)
+    }
+
+    /// Gives up a claim made with [`claim`](Self::claim).
+    pub(crate) fn unclaim(&self, czxid: i64) {
+        self.shared.claims.lock().unwrap().remove(&czxid);
+    }
+
+    /// Serializes, within this process, everything that creates a node at a fixed `path` or
+    /// decides what became of such a create (the simple lock's acquire, its recovery after a
+    /// connection loss, the cleanup of a cancelled acquire). While one of them holds the
+    /// guard no other create at `path` is in flight in this session, so a node there owned
+    /// by our session and claimed by nobody can only be the orphan of the create whose
+    /// outcome is being decided.
+    pub(crate) async fn serialize_path(&self, path: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let mutex = {
+            let mut locks = self.shared.path_locks.lock().unwrap();
+            if locks.len() > 64 {
+                locks.retain(|_, m| m.strong_count() > 0);
+            }
+            match locks.get(path).and_then(std::sync::Weak::upgrade) {
+                Some(m) => m,
+                None => {
+                    let m = Arc::new(tokio::sync::Mutex::new(()));
+                    locks.insert(path.to_string(), Arc::downgrade(&m));
+                    m
+                }
+            }
+        };
+        mutex.lock_owned().await
+    }
+
     /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it.
     pub(crate) fn spawn_tracked<F>(&self, fut: F)
     where
@@ -884,6 +1002,7 @@ impl Shared {
             health: Health::new(),
             counters: self.counters.clone(),
             grace,
+            identity: self.config.identity.clone(),
         });
         epoch.health.answered(Instant::now());
         crate::net::set_nodelay_towards(&self.config.peers);
