@@ -17,26 +17,54 @@
 //!    lock, writer, election), the lower writers (reader), or "at least `permits` of them"
 //!    (semaphore). Lower sequence numbers never reappear, so the snapshot we read can only
 //!    shrink: we never need to list again to learn about *new* blockers.
-//! 3. **No herd.** We watch one node: the nearest blocker (the `permits`-th nearest for a
-//!    semaphore), with an `exists` watch, plus our own node (to notice it being deleted by
-//!    someone else).
+//! 3. **No herd.** We watch the nearest blocker with an `exists` watch, plus our own node (to
+//!    notice it being deleted by someone else). A semaphore waiter with exactly `permits`
+//!    members below it is the head of the queue and watches all of them (each holds a lease;
+//!    whichever leaves first frees the one it needs, whatever the release order); a waiter
+//!    further back watches only its predecessor, which bumps its node's version when it is
+//!    granted, so the waiter behind learns that it is the head now. A release wakes one
+//!    waiter; a head that was granted keeps the other holders' watches until they fire once.
 //! 4. **One notification per hand-off.** Our release is one `multi`: `set_data(node, MARK)` then
-//!    `delete(node)`. Nothing else in the toolkit (nor Curator or kazoo) changes a contender's
-//!    data, so a waiter whose watch fires with NodeDataChanged knows the watched node *held*
-//!    the lock and is now gone. If it held it exclusively (a lock, writer or leader node),
-//!    nothing below it can exist, and the waiter takes the lock with no request at all. On a
-//!    plain deletion (a cancelled waiter, an expired session, a Curator or kazoo holder, or a
-//!    released reader) the waiter walks back through the nodes it already read, one `exists`
-//!    each, and re-lists only after several in a row are gone. Before it takes the lock after
-//!    a plain deletion it checks, with one more `exists`, that its own node is still there: an
-//!    administrator deleting the directory deletes both, and the event for ours may still be
-//!    on its way. Curator and kazoo re-list every
-//!    child at each wake-up instead: O(N) per hand-off.
+//!    `delete(node)`, and a waiter whose watch fires NodeDataChanged on an exclusive node (a
+//!    lock, writer or leader node) takes the lock with no request at all. Why that is sound:
+//!    * *Only the node's own session can change its data.* Contender nodes are created with
+//!      an ACL that grants WRITE and ADMIN to a digest identity that only our session manager
+//!      knows (a random user and password per [`Session`], sent as an auth packet on every
+//!      connection); anyone else keeps READ and, from the parent, DELETE. A foreign `set` (an
+//!      operator, Curator's `Revoker`) fails with `NoAuth`. Such nodes say so in their name
+//!      (a version-8 protection id, which Curator's `UUID.randomUUID()` and kazoo's `uuid4`
+//!      never make: [`NodeName::is_owner_write_only`]); a data change on any other node is
+//!      re-checked like a blip, never taken as a release.
+//!    * *Our session writes a lock node's data only in its release*, in the transaction that
+//!      deletes it, and a release happens only while the node holds. (A semaphore lease's
+//!      version bump is not a release; the semaphore never uses the shortcut.)
+//!    * *A node that held alone had nothing below it*: lower sequence numbers never come
+//!      back, so when the watched node held, every node below it (all of which were below us
+//!      too) was already gone, and it was the last one below us. So the mark, seen on the
+//!      node we watch, proves that nothing below us exists; only our own node remains to be
+//!      checked, which the own-node watch does (its event is delivered first if the node went
+//!      in the same window).
+//!
+//!    On a plain deletion (a cancelled waiter, an expired session, a Curator or kazoo holder,
+//!    or a released reader) the waiter walks back through the nodes it already read, one
+//!    `exists` each, and re-lists only after several in a row are gone. Before it takes the
+//!    lock after a plain deletion it checks, with one more `exists`, that its own node is
+//!    still there: an administrator deleting the directory deletes both, and the event for
+//!    ours may still be on its way. Curator and kazoo re-list every child at each wake-up
+//!    instead: O(N) per hand-off.
 //! 5. **Ownership.** A node counts as ours only in the epoch (session) that created it, with
-//!    `ephemeralOwner` equal to that session id. When the epoch ends, a waiter re-queues in the
-//!    next session (at the back) after deleting any node the old session may have left; a
-//!    holder is told through `lost()`.
-//! 6. **Connection loss during create.** The name carries a random protection id chosen before
+//!    `ephemeralOwner` equal to that session id, and a grant is given only while that epoch
+//!    lives (a create answered after the loss policy gave up re-queues). When the epoch ends,
+//!    a waiter re-queues in the next session (at the back) after deleting any node the old
+//!    session may have left; a holder is told through `lost()`. The holder's own-node watch
+//!    is armed again after any failed arming for as long as the epoch lives, so a deletion is
+//!    never missed. A node left behind by an abandoned acquire is deleted in the background,
+//!    retried while the epoch lives.
+//! 6. **One path, one kind.** Contenders of other recipes (or a semaphore with another permit
+//!    count, stored in the directory's data by the first contender) would not exclude us: the
+//!    listing of step 1 shows them, and we refuse with [`Error::PathInUse`] after removing
+//!    our node.
+//! 7. **Connection loss during create.** The name carries a random protection id chosen before
 //!    the request is sent; when the outcome is unknown we look for the id among the children:
 //!    found in our session, it is ours; anything else is deleted, never adopted.
 
