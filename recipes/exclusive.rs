@@ -159,6 +159,21 @@ impl ExclusiveLock {
     }
 
     async fn acquire(&self, deadline: Option<Instant>, try_only: bool) -> Result<LockGuard> {
+        use tracing::field::Empty;
+        let span = tracing::info_span!(target: "zk_recipes", "acquire", path = %self.path, kind = "simple", node = Empty, epoch = Empty, session_id = Empty, outcome = Empty);
+        let started = Instant::now();
+        let result =
+            tracing::Instrument::instrument(self.acquire_in_turn(deadline, try_only), span.clone())
+                .await;
+        span.in_scope(|| crate::observe::acquired("simple", &result, started.elapsed()));
+        result
+    }
+
+    async fn acquire_in_turn(
+        &self,
+        deadline: Option<Instant>,
+        try_only: bool,
+    ) -> Result<LockGuard> {
         let path: &str = &self.path;
         let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.acls));
         let sleep_until = |d: Option<Instant>| async move {

@@ -60,6 +60,7 @@
 pub mod error;
 mod guard;
 mod net;
+pub mod observe;
 pub mod path;
 pub(crate) mod queue;
 pub mod session;

@@ -294,6 +294,17 @@ enum Attempt {
 ///
 /// Dropping the future deletes our node in the background (tracked by the session).
 pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
+    use tracing::field::Empty;
+    let kind = crate::observe::kind_label(spec.kind);
+    let span = tracing::info_span!(target: "zk_recipes", "acquire", path = %spec.dir, kind, node = Empty, epoch = Empty, session_id = Empty, outcome = Empty);
+    let started = Instant::now();
+    let result =
+        tracing::Instrument::instrument(acquire_in_turn(session, spec, wait), span.clone()).await;
+    span.in_scope(|| crate::observe::acquired(kind, &result, started.elapsed()));
+    result
+}
+
+async fn acquire_in_turn(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
     let mut stale: Option<String> = None;
     loop {
         let epoch = match wait {
@@ -662,6 +673,16 @@ impl<'a> Waiter<'a> {
             return Ok(Some(self.requeue()));
         }
         self.pending.disarm();
+        let span = tracing::Span::current();
+        span.record("node", self.me.name.as_str());
+        span.record("epoch", self.epoch.number);
+        span.record(
+            "session_id",
+            format_args!("{:#x}", self.epoch.session_id).to_string(),
+        );
+        if self.waited {
+            crate::observe::handoff(crate::observe::kind_label(self.spec.kind));
+        }
         if self.waited && matches!(self.spec.rule, Rule::Permits(_)) {
             // The waiter behind us watches our node and learns from this version bump that it
             // is now the head of the queue (see `watch_targets`). Queued now, never awaited:
@@ -1111,6 +1132,12 @@ pub(crate) struct Holding {
     mark_release: bool,
     /// The node path is reused by later holders (the simple lock): check the czxid first.
     verify_czxid: bool,
+    /// For the metrics and the `hold` span: what we hold, since when, and whether the hold
+    /// ended in a loss.
+    kind: &'static str,
+    since: Instant,
+    span: tracing::Span,
+    lost_at_end: Option<LossReason>,
 }
 
 impl std::fmt::Debug for Holding {
@@ -1217,6 +1244,8 @@ impl Holding {
                 }
             })
         };
+        let kind = crate::observe::kind_of(&name);
+        let span = tracing::info_span!(target: "zk_recipes", "hold", path = %path, node = %name.name, fencing_token = czxid);
         Holding {
             session: session.clone(),
             session_id: epoch.session_id,
@@ -1235,6 +1264,10 @@ impl Holding {
             on_end: None,
             mark_release: true,
             verify_czxid: false,
+            kind,
+            since: Instant::now(),
+            span,
+            lost_at_end: None,
         }
     }
 
@@ -1304,7 +1337,12 @@ impl Holding {
 
     /// Releases: marked (one notification hands the lock on) or plain, see `release_node`.
     pub(crate) async fn release(mut self) -> Result<()> {
+        if self.is_lost() {
+            self.lost_at_end = self.loss_reason();
+        }
         self.released = true;
+        let span = tracing::info_span!(target: "zk_recipes", parent: &self.span, "release", path = %self.path, node = %self.name.name);
+        let _entered = span.enter();
         self.stop_monitor.cancel();
         let monitor = self.monitor.take();
         if self.is_lost() {
@@ -1340,6 +1378,10 @@ impl Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
+        if !self.released && self.is_lost() {
+            self.lost_at_end = self.loss_reason();
+        }
+        crate::observe::hold_ended(self.kind, self.since.elapsed(), self.lost_at_end);
         if let Some(f) = self.on_end.take() {
             f();
         }

@@ -290,6 +290,13 @@ impl SessionBuilder {
     }
 }
 
+/// `base` scaled by a random factor in [0.5, 1.5), so that the clients of a fleet that lost
+/// the same ensemble do not all come back in the same instant.
+fn jittered(base: Duration) -> Duration {
+    let r = (uuid::Uuid::new_v4().as_u128() & 0xffff) as f64 / 65536.0;
+    base.mul_f64(0.5 + r)
+}
+
 fn check_timeout(what: &str, d: Duration) -> Result<()> {
     if d < Duration::from_millis(100) || d > Duration::from_secs(3600) {
         return Err(Error::InvalidArgument(format!(
@@ -493,9 +500,11 @@ struct Counters {
 impl Epoch {
     fn track<T>(
         &self,
+        op: &'static str,
         fut: impl Future<Output = ZkResult<T>>,
     ) -> impl Future<Output = ZkResult<T>> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        crate::observe::request(op);
         let sent = Instant::now();
         let health = self.health.clone();
         async move {
@@ -562,7 +571,7 @@ impl Epoch {
         data: &[u8],
         options: &zk::CreateOptions<'_>,
     ) -> impl Future<Output = ZkResult<(zk::Stat, zk::CreateSequence)>> + Send + 'a {
-        self.track(self.client.create(path, data, options))
+        self.track("create", self.client.create(path, data, options))
     }
 
     pub(crate) fn delete(
@@ -570,14 +579,14 @@ impl Epoch {
         path: &str,
         version: Option<i32>,
     ) -> impl Future<Output = ZkResult<()>> + Send + 'static {
-        self.track(self.client.delete(path, version))
+        self.track("delete", self.client.delete(path, version))
     }
 
     pub(crate) fn get_data(
         &self,
         path: &str,
     ) -> impl Future<Output = ZkResult<(Vec<u8>, zk::Stat)>> + Send + 'static {
-        self.track(self.client.get_data(path))
+        self.track("get_data", self.client.get_data(path))
     }
 
     pub(crate) fn set_data(
@@ -586,7 +595,7 @@ impl Epoch {
         data: &[u8],
         version: Option<i32>,
     ) -> impl Future<Output = ZkResult<zk::Stat>> + Send + 'static {
-        self.track(self.client.set_data(path, data, version))
+        self.track("set_data", self.client.set_data(path, data, version))
     }
 
     /// The ACL of a contender node: what the caller asked for, less WRITE and ADMIN, plus
@@ -612,28 +621,28 @@ impl Epoch {
         &self,
         path: &str,
     ) -> impl Future<Output = ZkResult<Option<zk::Stat>>> + Send + 'static {
-        self.track(self.client.check_stat(path))
+        self.track("exists", self.client.check_stat(path))
     }
 
     pub(crate) fn check_and_watch_stat<'a>(
         &'a self,
         path: &str,
     ) -> impl Future<Output = ZkResult<(Option<zk::Stat>, zk::OneshotWatcher)>> + Send + 'a {
-        self.track(self.client.check_and_watch_stat(path))
+        self.track("exists_watch", self.client.check_and_watch_stat(path))
     }
 
     pub(crate) fn get_and_watch_data<'a>(
         &'a self,
         path: &str,
     ) -> impl Future<Output = ZkResult<(Vec<u8>, zk::Stat, zk::OneshotWatcher)>> + Send + 'a {
-        self.track(self.client.get_and_watch_data(path))
+        self.track("get_data_watch", self.client.get_and_watch_data(path))
     }
 
     pub(crate) fn get_children(
         &self,
         path: &str,
     ) -> impl Future<Output = ZkResult<(Vec<String>, zk::Stat)>> + Send + 'static {
-        self.track(self.client.get_children(path))
+        self.track("get_children", self.client.get_children(path))
     }
 
     pub(crate) fn get_and_watch_children<'a>(
@@ -641,7 +650,10 @@ impl Epoch {
         path: &str,
     ) -> impl Future<Output = ZkResult<(Vec<String>, zk::Stat, zk::OneshotWatcher)>> + Send + 'a
     {
-        self.track(self.client.get_and_watch_children(path))
+        self.track(
+            "get_children_watch",
+            self.client.get_and_watch_children(path),
+        )
     }
 
     /// One transaction: `set_data(path, mark)` then `delete(path)`. A watcher of `path` gets a
@@ -654,6 +666,7 @@ impl Epoch {
     ) -> impl Future<Output = ZkResult<()>> + Send + 'a {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
+        crate::observe::request("multi");
         let mut writer = self.client.new_multi_writer();
         // `version`: the data version the node must have; the set makes it version + 1.
         let queued = writer
@@ -984,6 +997,7 @@ impl Session {
 impl Shared {
     /// Publishes a state change to the latest-state channel and the every-change stream.
     fn publish(&self, event: SessionEvent) {
+        crate::observe::session_event(&event);
         self.events.send_replace(event);
         let _ = self.history.send(event);
     }
@@ -1066,9 +1080,10 @@ async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
             match attempt {
                 Ok(client) => break shared.install(client, next),
                 Err(err) => {
-                    tracing::warn!(%err, ?backoff, "reconnecting to ZooKeeper");
+                    let pause = jittered(backoff);
+                    tracing::warn!(%err, ?pause, "reconnecting to ZooKeeper");
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(pause) => {}
                         _ = shared.shutdown.cancelled() => { shared.publish(SessionEvent::Closed); return; }
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));

@@ -291,18 +291,30 @@ async fn one_path_one_kind() {
         other => panic!("{what}: expected PathInUse, got {other:?}"),
     };
     let r = FairLock::new(&s2, &dir).unwrap().try_lock().await;
-    refused("fair lock", r.err().expect("a fair lock was granted"));
+    refused(
+        "fair lock",
+        r.err().unwrap_or_else(|| panic!("a fair lock was granted")),
+    );
     let r = tokio::time::timeout(
         Duration::from_secs(5),
         FairLock::new(&s2, &dir).unwrap().lock(),
     )
     .await
     .expect("a fair lock waited instead of refusing");
-    refused("fair lock (waiting)", r.err().expect("granted"));
+    refused(
+        "fair lock (waiting)",
+        r.err().unwrap_or_else(|| panic!("granted")),
+    );
     let r = RwLock::new(&s2, &dir).unwrap().read().await;
-    refused("read lock", r.err().expect("a read lock was granted"));
+    refused(
+        "read lock",
+        r.err().unwrap_or_else(|| panic!("a read lock was granted")),
+    );
     let r = Election::new(&s2, &dir, "x").unwrap().campaign().await;
-    refused("election", r.err().expect("leadership granted"));
+    refused(
+        "election",
+        r.err().unwrap_or_else(|| panic!("leadership granted")),
+    );
     let r = Semaphore::new(&s2, &dir, 3).unwrap().acquire().await;
     match r {
         Err(Error::PathInUse { found, ours, .. }) => {
