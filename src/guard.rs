@@ -10,7 +10,9 @@ use crate::queue::Holding;
 ///
 /// * Dropping it releases the lock in the background (tracked by the [`Session`], so
 ///   [`Session::close`] waits for it); [`release`](Self::release) does it now and reports
-///   errors.
+///   errors. End a program with `session.close().await`: one that returns from `main` with
+///   a background release still pending leaves the node, and so the lock, held until the
+///   server expires the session (a whole session timeout).
 /// * [`lost`](Self::lost) resolves when the lock is lost while held: the session expired, the
 ///   [`LossPolicy`] gave up on the connection, or the node was deleted by someone else. It
 ///   cannot be missed: it resolves even if the loss happened before the call.

@@ -84,3 +84,9 @@ pub use zookeeper_client as zk;
 
 #[cfg(feature = "testing")]
 pub mod testing;
+
+/// The README's Rust examples, compiled and run by `cargo test --all-features` so that they
+/// stay true.
+#[cfg(all(doctest, feature = "testing"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
