@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use zookeeper_client as zk;
 
-pub use self::proxy::FaultProxy;
+pub use self::proxy::{Fault, FaultAction, FaultPoint, FaultProxy, FaultStatus};
 use crate::{Error, Result};
 
 const INSTALL_HINT: &str = "install it with: apt-get install -y zookeeper default-jre-headless";
