@@ -339,3 +339,180 @@ async fn one_path_one_kind() {
     assert!(h4.is_ok(), "a new count on a free path: {h4:?}");
     h4.unwrap().release().await.unwrap();
 }
+
+// ------------------------------------------------------- faults at a chosen request
+
+use support::zk::session_via_proxy;
+use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+use zk_recipes::LossPolicy;
+
+fn cut(point: FaultPoint) -> Fault {
+    Fault::new(
+        point,
+        FaultAction::Cut {
+            refuse_for: Duration::from_millis(20),
+        },
+    )
+}
+
+/// Given a simple lock whose create is cut by a 20 ms connection blip, either before the
+/// server saw it or after it applied it, when the acquire returns a guard, then half a second
+/// later the node is still the guard's own and the guard has not been told it lost anything
+/// (before the fix: a background "check and delete if ours" deleted the node the retry won).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_lock_never_deletes_the_node_it_won_after_a_blip() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let root = unique_root("blip-simple");
+    for (i, point) in [FaultPoint::BeforeRequest(1), FaultPoint::BeforeReply(1)]
+        .into_iter()
+        .cycle()
+        .take(6)
+        .enumerate()
+    {
+        let path = format!("{root}/lock-{i}");
+        let lock = ExclusiveLock::new(&s, &path).unwrap();
+        // Parents first, so that the create is the first request after arming.
+        lock.try_lock().await.unwrap().release().await.unwrap();
+        proxy.arm(cut(point));
+        let guard = tokio::time::timeout(Duration::from_secs(10), lock.lock())
+            .await
+            .unwrap_or_else(|_| panic!("try {i} ({point:?}): acquire hung"))
+            .unwrap_or_else(|e| panic!("try {i} ({point:?}): {e}"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let stat = raw().await.check_stat(&path).await.unwrap();
+        assert_eq!(
+            stat.map(|st| st.czxid),
+            Some(guard.fencing_token()),
+            "try {i} ({point:?}): the guard's node is gone"
+        );
+        assert!(
+            !guard.is_lost(),
+            "try {i} ({point:?}): the holder was told {:?}",
+            guard.loss_reason()
+        );
+        guard.release().await.unwrap();
+    }
+    s.close().await;
+}
+
+/// Given a holder whose own-node watch fails to arm (the connection drops right after the
+/// grant, with the `exists` in flight), when an administrator later deletes its node, then
+/// the holder is told (before the fix it waited only for the epoch to end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_own_watch_failed_to_arm_is_still_told() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let root = unique_root("own-watch");
+    // The simple lock: create (1), then the holder's exists (2). The fair lock: create and
+    // list (1, 2), then the holder's exists (3).
+    for (what, k) in [("simple lock", 2), ("fair lock", 3)] {
+        let path = format!("{root}/{}", what.replace(' ', "-"));
+        // Make the parents first, so that the counts above hold.
+        if what == "simple lock" {
+            let l = ExclusiveLock::new(&s, &path).unwrap();
+            l.try_lock().await.unwrap().release().await.unwrap();
+            proxy.arm(cut(FaultPoint::BeforeReply(k)));
+            let guard = l.lock().await.unwrap();
+            deleted_is_told(what, &path, guard.lost(), || guard.loss_reason()).await;
+        } else {
+            let l = FairLock::new(&s, &path).unwrap();
+            l.try_lock().await.unwrap().release().await.unwrap();
+            proxy.arm(cut(FaultPoint::BeforeReply(k)));
+            let guard = l.lock().await.unwrap();
+            let node = guard.path().to_string();
+            deleted_is_told(what, &node, guard.lost(), || guard.loss_reason()).await;
+        }
+    }
+    s.close().await;
+}
+
+async fn deleted_is_told(
+    what: &str,
+    node: &str,
+    lost: impl Future<Output = ()>,
+    reason: impl Fn() -> Option<zk_recipes::LossReason>,
+) {
+    // Let the client reconnect, then delete the node as an administrator would.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    raw().await.delete(node, None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), lost)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: holder not told within 3 s that its node was deleted"));
+    assert_eq!(
+        reason(),
+        Some(zk_recipes::LossReason::NodeDeleted),
+        "{what}"
+    );
+}
+
+/// Given a waiter cancelled from outside (its future dropped by a timeout), when the
+/// background delete of its node is lost in a connection blip, then it is retried: the node
+/// does not stay to block the queue while the session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_waiters_node_is_deleted_even_after_a_failed_delete() {
+    let dir = unique_root("orphan-retry");
+    let holder_session = session().await;
+    let holder = FairLock::new(&holder_session, &dir)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    // The waiter sends create, list, exists(holder), exists(own): 4 requests; the cleanup's
+    // delete is the 5th, and it is dropped with the connection.
+    proxy.arm(cut(FaultPoint::BeforeRequest(5)));
+    let r = tokio::time::timeout(Duration::from_millis(400), lock.lock()).await;
+    assert!(r.is_err(), "the waiter was granted: {r:?}");
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        left = children(&dir).await;
+        if left.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        left.len(),
+        1,
+        "the abandoned waiter's node is still there 5 s later: {left:?} (proxy: {:?})",
+        proxy.fault_status()
+    );
+    holder.release().await.unwrap();
+    s.close().await;
+}
+
+/// Given a fair lock whose create is answered only after the loss policy has given up on the
+/// epoch (here: the epoch is ended while the reply is held back), when the acquire returns,
+/// then it returns a live guard from a new session, never one lost at birth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_after_the_epoch_ended_requeues() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let dir = unique_root("late-grant");
+    let lock = FairLock::new(&s, &dir).unwrap();
+    lock.try_lock().await.unwrap().release().await.unwrap();
+    let first_session = s.session_id().unwrap();
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(1),
+        FaultAction::Stall(Duration::from_millis(400)),
+    ));
+    let acquiring = tokio::spawn(async move { lock.lock().await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    s.force_epoch_end();
+    let guard = tokio::time::timeout(Duration::from_secs(10), acquiring)
+        .await
+        .expect("acquire hung")
+        .unwrap()
+        .expect("acquire");
+    assert!(
+        !guard.is_lost(),
+        "the guard was lost at birth ({:?})",
+        guard.loss_reason()
+    );
+    assert_ne!(
+        guard.session_id(),
+        first_session,
+        "granted in the ended epoch"
+    );
+    guard.release().await.unwrap();
+    s.close().await;
+}
