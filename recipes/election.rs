@@ -800,7 +800,7 @@ impl ElectionRunner {
 
     /// Whether the runner has ended (stopped, or ended by an error).
     pub fn is_finished(&self) -> bool {
-        self.task.as_ref().map_or(true, |t| t.is_finished())
+        self.task.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// A token that stops the runner when cancelled (for example from inside the closure).

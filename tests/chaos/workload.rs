@@ -91,7 +91,7 @@ impl Recipe {
 
     /// Whether contender `idx` writes (rather than reads) in `round`. Victims (index 0) write.
     pub fn wants_write(self, idx: usize, round: usize) -> bool {
-        self != Recipe::Rw || idx == 0 || (idx + round) % 3 == 0
+        self != Recipe::Rw || idx == 0 || (idx + round).is_multiple_of(3)
     }
 }
 
@@ -585,7 +585,7 @@ pub fn evaluate(run: &Run, fault: &str, rounds: usize, leaked: Vec<String>) -> R
         // deleted when the grant reached the caller, which learns it from lost()/is_lost().
         // Fencing is what protects the store then (the store check below still applies), so
         // such a hold takes no place in the token order.
-        let trusted = cut.map_or(true, |c| c > h.acquired_ns);
+        let trusted = cut.is_none_or(|c| c > h.acquired_ns);
         if writes_to_store(h.kind) && trusted {
             e = e.with_token(h.token);
         }
@@ -622,7 +622,7 @@ pub fn evaluate(run: &Run, fault: &str, rounds: usize, leaked: Vec<String>) -> R
             .zip(&cuts)
             .find(|(h, _)| h.who == w.who && h.token == w.token);
         let cut = hold.and_then(|(_, c)| *c);
-        let accepted = max.as_ref().map_or(true, |(m, _, _)| w.token >= *m);
+        let accepted = max.as_ref().is_none_or(|(m, _, _)| w.token >= *m);
         if accepted {
             max = Some((w.token, w.who.clone(), w.ns));
             continue;

@@ -307,7 +307,7 @@ pub fn check_fifo(events: &[Event]) -> Report {
             }
         }
         for &b in &q[g..end] {
-            if latest.map_or(true, |a| events[b].acquired_ns > events[a].acquired_ns) {
+            if latest.is_none_or(|a| events[b].acquired_ns > events[a].acquired_ns) {
                 latest = Some(b);
             }
         }
