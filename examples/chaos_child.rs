@@ -29,7 +29,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use zk_recipes::testing::monotonic_nanos;
-use zk_recipes::{Election, FairLock, RwLock, Semaphore, Session};
+use zk_recipes::{Election, ExclusiveLock, FairLock, RwLock, Semaphore, Session};
 
 /// Permits of the `sem` recipe (the chaos suite uses the same number).
 const PERMITS: usize = 2;
@@ -83,6 +83,7 @@ struct Config {
 
 /// The recipe handle.
 enum Handle {
+    Simple(ExclusiveLock),
     Fair(FairLock),
     Sem(Semaphore),
     Read(RwLock),
@@ -148,6 +149,9 @@ impl Held {
 impl Handle {
     fn new(session: &Session, recipe: &str, path: &str, id: &str) -> zk_recipes::Result<Handle> {
         Ok(match recipe {
+            "simple" => {
+                Handle::Simple(ExclusiveLock::new(session, format!("{path}/lock"))?.with_data(id))
+            }
             "fair" => Handle::Fair(FairLock::new(session, path)?.with_data(id)),
             "sem" => Handle::Sem(Semaphore::new(session, path, PERMITS)?.with_data(id)),
             "read" => Handle::Read(RwLock::new(session, path)?.with_data(id)),
@@ -155,7 +159,7 @@ impl Handle {
             "elect" => Handle::Elect(Election::new(session, path, id)?),
             other => {
                 return Err(zk_recipes::Error::InvalidArgument(format!(
-                    "unknown recipe {other:?}: use fair, sem, read, write or elect"
+                    "unknown recipe {other:?}: use simple, fair, sem, read, write or elect"
                 )))
             }
         })
@@ -164,7 +168,7 @@ impl Handle {
     /// The kind word of the line protocol.
     fn kind(&self) -> &'static str {
         match self {
-            Handle::Fair(_) => "lock",
+            Handle::Simple(_) | Handle::Fair(_) => "lock",
             Handle::Sem(_) => "sem",
             Handle::Read(_) => "read",
             Handle::Write(_) => "write",
@@ -174,11 +178,15 @@ impl Handle {
 
     /// Whether a holder alone may write to the store.
     fn writes(&self) -> bool {
-        matches!(self, Handle::Fair(_) | Handle::Write(_) | Handle::Elect(_))
+        matches!(
+            self,
+            Handle::Simple(_) | Handle::Fair(_) | Handle::Write(_) | Handle::Elect(_)
+        )
     }
 
     async fn acquire(&self) -> zk_recipes::Result<Held> {
         Ok(match self {
+            Handle::Simple(l) => Held::Guard(l.lock().await?),
             Handle::Fair(l) => Held::Guard(l.lock().await?),
             Handle::Sem(s) => Held::Guard(s.acquire().await?),
             Handle::Read(l) => Held::Read(l.read().await?),

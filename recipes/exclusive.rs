@@ -188,6 +188,9 @@ impl ExclusiveLock {
                 e = self.session.epoch() => e?,
                 _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
             };
+            epoch
+                .check_creator_acls(&self.acls)
+                .map_err(|err| Error::zk("create", path, err))?;
             // No other create at this path is in flight in this process while we hold this;
             // if the future is dropped, the undo guard keeps it until the cleanup is done.
             let serial = tokio::select! {

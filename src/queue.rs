@@ -442,6 +442,10 @@ impl<'a> Waiter<'a> {
             path: None,
             armed: true,
         };
+        if let Err(err) = epoch.check_creator_acls(&spec.acls) {
+            pending.disarm();
+            return Err(Error::zk("create", &spec.dir, err));
+        }
         let acls = epoch.contender_acls(&spec.acls);
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
         let semaphore = matches!(spec.rule, Rule::Permits(_));
@@ -685,9 +689,25 @@ impl<'a> Waiter<'a> {
         }
         if self.waited && matches!(self.spec.rule, Rule::Permits(_)) {
             // The waiter behind us watches our node and learns from this version bump that it
-            // is now the head of the queue (see `watch_targets`). Queued now, never awaited:
-            // it does not delay our grant.
-            drop(self.epoch.set_data(&self.my_path, &self.spec.data, Some(0)));
+            // is now the head of the queue (see `watch_targets`). Sent now, awaited in the
+            // background (it does not delay our grant) and retried after a blip while the
+            // epoch lives: a lost bump would leave the next waiter blind to free permits.
+            let bump = self.epoch.set_data(&self.my_path, &self.spec.data, Some(0));
+            let (epoch, path, data) = (
+                self.epoch.clone(),
+                self.my_path.clone(),
+                self.spec.data.clone(),
+            );
+            self.session.spawn_tracked(async move {
+                let mut result = bump.await;
+                let mut backoff = Duration::from_millis(20);
+                while matches!(&result, Err(e) if is_unknown(e)) && !epoch.is_over() {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    // BadVersion: the first one was applied after all; NoNode: released.
+                    result = epoch.set_data(&path, &data, Some(0)).await;
+                }
+            });
         }
         Ok(Some(Attempt::Granted(Granted {
             epoch: self.epoch.clone(),
@@ -804,13 +824,21 @@ impl<'a> Waiter<'a> {
             Woke::Watched(target, event) => match event.event_type {
                 zk::EventType::Session => return Ok(Some(self.requeue())),
                 zk::EventType::NodeDataChanged
-                    if spec.mark_grants(&target) && target.is_owner_write_only() =>
+                    if target.is_owner_write_only() && !matches!(spec.rule, Rule::Permits(_)) =>
                 {
                     // A release mark: only the session that made the node can write its data
                     // (its ACL), and it writes only this, in the transaction that deletes the
-                    // node. The node held the lock alone, so nothing below it can exist:
-                    // granted (`grant_if_first` still checks that our own node is there).
-                    self.lower.clear();
+                    // node.
+                    if spec.mark_grants(&target) {
+                        // The node held the lock alone, so nothing below it can exist:
+                        // granted (`grant_if_first` still checks that our own node is there).
+                        self.lower.clear();
+                    } else {
+                        // A reader left: as a plain deletion.
+                        if let Some(done) = self.gone(&target).await? {
+                            return Ok(Some(done));
+                        }
+                    }
                 }
                 zk::EventType::NodeDataChanged if !matches!(spec.rule, Rule::Permits(_)) => {
                     // Someone wrote the data of a node that anyone may write (a Curator or
@@ -824,12 +852,8 @@ impl<'a> Waiter<'a> {
                     }
                 }
                 zk::EventType::NodeDeleted => {
-                    self.lower.retain(|n| n.sequence != target.sequence);
-                    self.confirmed = false;
-                    if spec.relist_after(&target) {
-                        if let Some(done) = self.relist().await? {
-                            return Ok(Some(done));
-                        }
+                    if let Some(done) = self.gone(&target).await? {
+                        return Ok(Some(done));
                     }
                 }
                 // A stale NodeCreated of an earlier watch: look again.
@@ -851,6 +875,16 @@ impl<'a> Waiter<'a> {
             }
             Woke::EpochLost => return Ok(Some(self.requeue())),
             Woke::Deadline => return Err(self.withdraw(Error::Timeout).await),
+        }
+        Ok(None)
+    }
+
+    /// `target` is gone: walk back past it, or re-list where the rule says so.
+    async fn gone(&mut self, target: &NodeName) -> Result<Option<Attempt>> {
+        self.lower.retain(|n| n.sequence != target.sequence);
+        self.confirmed = false;
+        if self.spec.relist_after(target) {
+            return self.relist().await;
         }
         Ok(None)
     }
@@ -1354,7 +1388,7 @@ impl Holding {
             return Err(Error::LockLost(LossReason::SessionExpired));
         };
         let verify = self.verify_czxid.then_some(self.czxid);
-        let result = release_node(
+        let result = release_retrying(
             &epoch,
             &self.path,
             self.mark_release,
@@ -1401,7 +1435,7 @@ impl Drop for Holding {
         let gate = self.gate.clone();
         self.lost.cancel();
         self.session.spawn_tracked(async move {
-            match release_node(&epoch, &path, mark, verify, &gate, monitor).await {
+            match release_retrying(&epoch, &path, mark, verify, &gate, monitor).await {
                 Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
                 Err(err) => tracing::warn!(path, %err, "release on drop failed; the node goes with the session"),
             }
@@ -1442,6 +1476,37 @@ fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bo
             Err(_) => Checked::Failed,
         }
     })
+}
+
+/// [`release_node`], retried after a failure whose outcome is unknown (a connection blip) for
+/// as long as the epoch lives: a release lost in a blip would otherwise leave the node, and
+/// the lock, held until the session ends. A retry after a release that was applied after all
+/// finds the node gone (`NoNode`, or another czxid at a shared path).
+async fn release_retrying(
+    epoch: &Epoch,
+    path: &str,
+    mark: bool,
+    verify: Option<i64>,
+    gate: &Mutex<bool>,
+    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+) -> std::result::Result<(), zk::Error> {
+    let mut result = release_node(epoch, path, mark, verify, gate, monitor).await;
+    let mut backoff = Duration::from_millis(20);
+    let mut retried = false;
+    while matches!(&result, Err(e) if is_unknown(e)) && !epoch.is_over() {
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = epoch.lost_token().cancelled() => break,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+        retried = true;
+        result = release_node(epoch, path, mark, verify, gate, None).await;
+    }
+    match result {
+        // Our first attempt was applied after all.
+        Err(zk::Error::NoNode) if retried => Ok(()),
+        other => other,
+    }
 }
 
 /// Deletes our node, marked (set + delete in one multi, so a waiter takes over on one

@@ -481,6 +481,8 @@ pub(crate) struct Epoch {
     /// epoch counts as lost.
     grace: Option<Duration>,
     identity: Arc<Identity>,
+    /// Whether the caller gave credentials of its own.
+    user_auth: bool,
 }
 
 impl std::fmt::Debug for Epoch {
@@ -596,6 +598,18 @@ impl Epoch {
         version: Option<i32>,
     ) -> impl Future<Output = ZkResult<zk::Stat>> + Send + 'static {
         self.track("set_data", self.client.set_data(path, data, version))
+    }
+
+    /// An ACL that grants rights to the node's creator (`creator_all`, the `auth` scheme)
+    /// needs credentials of the caller's own (`with_digest_auth`): our session's private
+    /// identity would otherwise be the only creator, and nobody else could ever use the path.
+    /// Refused as ZooKeeper refuses it for a session without any credentials.
+    pub(crate) fn check_creator_acls(&self, acls: &[zk::Acl]) -> ZkResult<()> {
+        if self.user_auth || !acls.iter().any(|a| a.scheme() == "auth") {
+            Ok(())
+        } else {
+            Err(zk::Error::InvalidAcl)
+        }
     }
 
     /// The ACL of a contender node: what the caller asked for, less WRITE and ADMIN, plus
@@ -1017,6 +1031,7 @@ impl Shared {
             counters: self.counters.clone(),
             grace,
             identity: self.config.identity.clone(),
+            user_auth: self.config.auth.is_some(),
         });
         epoch.health.answered(Instant::now());
         crate::net::set_nodelay_towards(&self.config.peers);

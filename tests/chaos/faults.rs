@@ -390,9 +390,13 @@ async fn kill_leader(ctx: &mut Ctx) -> Vec<Row> {
         tasks.extend(sc.start_others(round, |_| 1));
         tokio::time::sleep(SETTLE).await;
         let l = leader(&ctx.cluster);
+        let start = monotonic_nanos();
         block_in_place(|| ctx.cluster.member_mut(l).kill()).expect("kill the leader");
         tokio::time::sleep(Duration::from_secs(1)).await;
         heal(&mut ctx.cluster);
+        for set in &sc.sets {
+            set.run.fault_period(start, monotonic_nanos());
+        }
         release.cancel();
         sc.finish(tasks).await;
     }

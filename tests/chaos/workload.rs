@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use zk_recipes::testing::{monotonic_nanos, FaultProxy};
-use zk_recipes::{zk, Election, Error, FairLock, RwLock, Semaphore, Session};
+use zk_recipes::{zk, Election, Error, ExclusiveLock, FairLock, RwLock, Semaphore, Session};
 
 use crate::support::history::{check, check_semaphore, Event, Kind};
 
@@ -36,10 +36,13 @@ pub const ACQUIRE_DEADLINE: Duration = Duration::from_secs(45);
 pub const HOLD: Duration = Duration::from_millis(40);
 /// How often a holder writes to the store.
 pub const WRITE_EVERY: Duration = Duration::from_millis(25);
+/// Liveness: a free lock (or permit) must reach a waiter within this, outside faults.
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(2);
 
 /// The recipes under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recipe {
+    Simple,
     Fair,
     Sem,
     Rw,
@@ -47,10 +50,17 @@ pub enum Recipe {
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 4] = [Recipe::Fair, Recipe::Sem, Recipe::Rw, Recipe::Elect];
+    pub const ALL: [Recipe; 5] = [
+        Recipe::Simple,
+        Recipe::Fair,
+        Recipe::Sem,
+        Recipe::Rw,
+        Recipe::Elect,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
+            Recipe::Simple => "simple lock",
             Recipe::Fair => "fair lock",
             Recipe::Sem => "semaphore",
             Recipe::Rw => "rw lock",
@@ -61,6 +71,7 @@ impl Recipe {
     /// Short form for node paths and contender names.
     pub fn short(self) -> &'static str {
         match self {
+            Recipe::Simple => "simple",
             Recipe::Fair => "fair",
             Recipe::Sem => "sem",
             Recipe::Rw => "rw",
@@ -71,6 +82,7 @@ impl Recipe {
     /// The `RECIPE` argument of `chaos_child` for a victim (the rw victim writes).
     pub fn child_arg(self) -> &'static str {
         match self {
+            Recipe::Simple => "simple",
             Recipe::Fair => "fair",
             Recipe::Sem => "sem",
             Recipe::Rw => "write",
@@ -81,7 +93,7 @@ impl Recipe {
     /// What a hold of this recipe is, for the history checker.
     pub fn kind(self, write: bool) -> Kind {
         match self {
-            Recipe::Fair => Kind::Exclusive,
+            Recipe::Simple | Recipe::Fair => Kind::Exclusive,
             Recipe::Sem => Kind::Semaphore,
             Recipe::Rw if write => Kind::Write,
             Recipe::Rw => Kind::Read,
@@ -102,6 +114,7 @@ pub fn writes_to_store(kind: Kind) -> bool {
 
 /// A recipe handle.
 pub enum Handle {
+    Simple(ExclusiveLock),
     Fair(FairLock),
     Sem(Semaphore),
     Rw(RwLock),
@@ -157,6 +170,12 @@ impl Held {
 impl Handle {
     pub fn new(recipe: Recipe, session: &Session, dir: &str, who: &str, requeue: bool) -> Handle {
         match recipe {
+            // The node is a child of the run's directory, like every other recipe's nodes.
+            Recipe::Simple => Handle::Simple(
+                ExclusiveLock::new(session, format!("{dir}/lock"))
+                    .unwrap()
+                    .with_data(who),
+            ),
             Recipe::Fair => Handle::Fair(
                 FairLock::new(session, dir)
                     .unwrap()
@@ -185,6 +204,7 @@ impl Handle {
 
     pub async fn acquire(&self, write: bool) -> zk_recipes::Result<Held> {
         Ok(match self {
+            Handle::Simple(l) => Held::Guard(l.lock().await?),
             Handle::Fair(l) => Held::Guard(l.lock().await?),
             Handle::Sem(s) => Held::Guard(s.acquire().await?),
             Handle::Rw(l) if write => Held::Write(l.write().await?),
@@ -242,6 +262,10 @@ pub enum Status {
 #[derive(Debug, Default)]
 pub struct Journal {
     pub holds: Vec<Hold>,
+    /// Acquire calls: (who, called at, answered at).
+    pub waits: Vec<(String, u64, u64)>,
+    /// When a fault was under way (from its start to its end), whoever it hit.
+    pub faults: Vec<(u64, u64)>,
     pub writes: Vec<Write>,
     pub errors: Vec<(String, Error)>,
     pub hangs: Vec<String>,
@@ -293,7 +317,14 @@ impl Run {
     }
 
     pub fn window(&self, w: Window) {
-        self.journal().windows.push(w);
+        let mut j = self.journal();
+        j.faults.push((w.start_ns, w.end_ns));
+        j.windows.push(w);
+    }
+
+    /// A fault that hit no contender in particular (a server killed under all of them).
+    pub fn fault_period(&self, start_ns: u64, end_ns: u64) {
+        self.journal().faults.push((start_ns, end_ns));
     }
 
     pub fn failure(&self, what: String) {
@@ -366,6 +397,7 @@ pub enum Release {
 pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Release) {
     let kind = run.recipe.kind(write);
     run.set_status(&c.who, Some(Status::Waiting));
+    let wait_start = monotonic_nanos();
     let acquired = {
         let mut acquire = Box::pin(c.handle.acquire(write));
         if c.flaky {
@@ -387,6 +419,9 @@ pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Relea
             tokio::time::timeout(ACQUIRE_DEADLINE, acquire).await.ok()
         }
     };
+    run.journal()
+        .waits
+        .push((c.who.clone(), wait_start, monotonic_nanos()));
     let held = match acquired {
         None => {
             run.set_status(&c.who, None);
@@ -476,11 +511,17 @@ pub struct Row {
     pub hangs: Vec<String>,
     pub leaked: Vec<String>,
     pub error_kinds: BTreeMap<String, usize>,
+    /// The longest time the lock (or a permit) sat free while a contender waited, outside
+    /// the faults and the session timeouts that follow them.
+    pub idle_ns: u64,
 }
 
 impl Row {
     pub fn is_clean(&self) -> bool {
-        self.violations.is_empty() && self.hangs.is_empty() && self.leaked.is_empty()
+        self.violations.is_empty()
+            && self.hangs.is_empty()
+            && self.leaked.is_empty()
+            && self.idle_ns <= LIVENESS_BOUND.as_nanos() as u64
     }
 
     /// The errors by kind, e.g. `SessionExpired 4`.
@@ -493,10 +534,10 @@ impl Row {
         kinds.join(", ")
     }
 
-    /// `CHAOS-ROW|fault|recipe|rounds|acquisitions|errors|lost|fenced|violations|hangs|leaked|error kinds`
+    /// `CHAOS-ROW|fault|recipe|rounds|acquisitions|errors|lost|fenced|violations|hangs|leaked|idle ms|error kinds`
     pub fn line(&self) -> String {
         format!(
-            "CHAOS-ROW|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+            "CHAOS-ROW|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
             self.fault,
             self.recipe,
             self.rounds,
@@ -507,14 +548,20 @@ impl Row {
             self.violations.len(),
             self.hangs.len(),
             self.leaked.len(),
+            self.idle_ns / 1_000_000,
             self.error_summary()
         )
     }
 
     pub fn details(&self) -> String {
         let mut s = format!(
-            "{} / {}: {} acquisitions, errors {:?}",
-            self.fault, self.recipe, self.acquisitions, self.error_kinds
+            "{} / {}: {} acquisitions, errors {:?}, longest idle while waited {} ms (bound {:?})",
+            self.fault,
+            self.recipe,
+            self.acquisitions,
+            self.error_kinds,
+            self.idle_ns / 1_000_000,
+            LIVENESS_BOUND
         );
         for (what, list) in [
             ("violation", &self.violations),
@@ -677,7 +724,49 @@ pub fn evaluate(run: &Run, fault: &str, rounds: usize, leaked: Vec<String>) -> R
         hangs: j.hangs.clone(),
         leaked,
         error_kinds,
+        idle_ns: idle_while_waiting(&j, run.recipe),
     }
+}
+
+/// Liveness: the longest stretch during which the lock was free (no holder; for the
+/// semaphore, fewer than `PERMITS`) while some contender was waiting in an acquire, leaving
+/// out each fault and the three session timeouts after it (recovery is the fault's).
+fn idle_while_waiting(j: &Journal, recipe: Recipe) -> u64 {
+    let capacity = if recipe == Recipe::Sem { PERMITS } else { 1 };
+    let settle = 3 * SESSION_TIMEOUT.as_nanos() as u64;
+    let excluded: Vec<(u64, u64)> = j
+        .faults
+        .iter()
+        .map(|&(a, b)| (a, b.saturating_add(settle)))
+        .collect();
+    let mut points: Vec<u64> = j
+        .holds
+        .iter()
+        .flat_map(|h| [h.acquired_ns, h.released_ns])
+        .chain(j.waits.iter().flat_map(|w| [w.1, w.2]))
+        .chain(excluded.iter().flat_map(|e| [e.0, e.1]))
+        .collect();
+    points.sort_unstable();
+    points.dedup();
+    let inside = |t: u64, (a, b): (u64, u64)| a <= t && t < b;
+    let (mut longest, mut run_start) = (0u64, None::<u64>);
+    for pair in points.windows(2) {
+        let (t, next) = (pair[0], pair[1]);
+        let held = j
+            .holds
+            .iter()
+            .filter(|h| inside(t, (h.acquired_ns, h.released_ns)))
+            .count();
+        let waiting = j.waits.iter().any(|w| inside(t, (w.1, w.2)));
+        let faulty = excluded.iter().any(|&e| inside(t, e));
+        if held < capacity && waiting && !faulty {
+            let start = *run_start.get_or_insert(t);
+            longest = longest.max(next - start);
+        } else {
+            run_start = None;
+        }
+    }
+    longest
 }
 
 /// Lists the children of `dir` (none if it is missing).
