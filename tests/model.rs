@@ -103,7 +103,7 @@ use zk_recipes::{
 // Parameters
 // ---------------------------------------------------------------------------------------------
 
-const DEFAULT_SCHEDULES: u64 = 240;
+const DEFAULT_SCHEDULES: u64 = 300;
 const CONCURRENCY: usize = 10;
 const TICK: Duration = Duration::from_millis(200);
 const SESSION_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -1689,4 +1689,12 @@ async fn regression_seed_136_semaphores_with_different_permits_share_a_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_seed_205_failed_release_leaves_the_node_behind() {
     replay(205, 3).await;
+}
+
+/// Review item: a dropped read guard whose background release is cut once is never retried; its
+/// node stays while the session lives, and the same session's next writer waits behind it for
+/// ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_149_dropped_guard_release_cut_once_blocks_for_ever() {
+    replay(149, 3).await;
 }
