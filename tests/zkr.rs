@@ -809,6 +809,261 @@ fn readers_share_and_writers_exclude() {
 }
 
 // ------------------------------------------------------------------------------------------
+// Supervision: nothing of CMD outlives zkr; stops; the terminal
+// ------------------------------------------------------------------------------------------
+
+/// Whether `pid` runs (exists and is not a zombie waiting to be reaped).
+fn running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .unwrap_or("?");
+    state != "Z"
+}
+
+/// The pids a CMD wrote to the log as `NAME PID` lines.
+fn pid_of(log: &Path, name: &str) -> i32 {
+    let line = wait_for_line(log, &format!("{name} "), Duration::from_secs(10));
+    line[name.len() + 1..]
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("bad pid line {line:?}: {e}"))
+}
+
+#[test]
+fn kill_9_of_zkr_leaves_nothing_of_cmd_running() {
+    let path = format!("{}/job", unique_root("zkr-kill9"));
+    let (_dir, log) = log_file();
+    // Given a CMD that starts a child in its group and one that leaves the group (setsid)
+    let script = format!(
+        r#"echo "cmd $$" >> "$LOG"
+sh -c '{LOOP}' & echo "child $!" >> "$LOG"
+setsid sh -c '{LOOP}' & echo "escaped $!" >> "$LOG"
+echo ready >> "$LOG"; wait"#
+    );
+    let mut c = zkr(&direct(), &["lock", &path, "--", "sh", "-c", &script]);
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("zkr lock", c);
+    wait_for_line(&log, "ready", Duration::from_secs(10));
+    let pids: Vec<(&str, i32)> = ["cmd", "child", "escaped"]
+        .into_iter()
+        .map(|n| (n, pid_of(&log, n)))
+        .collect();
+    for (name, pid) in &pids {
+        assert!(
+            running(*pid),
+            "{name} (pid {pid}) does not run before the kill"
+        );
+    }
+
+    // When zkr is killed with SIGKILL
+    a.signal(libc::SIGKILL);
+    assert_eq!(a.wait(Duration::from_secs(5)), -libc::SIGKILL);
+
+    // Then within 1s nothing that CMD started runs any more
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let alive: Vec<_> = pids.iter().filter(|(_, pid)| running(*pid)).collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 1s after zkr was killed: {alive:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigterm_stops_a_cmd_that_ignores_it_with_sigkill_after_the_grace_then_releases() {
+    let path = format!("{}/job", unique_root("zkr-term-grace"));
+    let (_dir, log) = log_file();
+    // Given a holder whose CMD ignores SIGTERM
+    let script =
+        format!(r#"trap 'echo TERM-ignored >> "$LOG"' TERM; echo "cmd $$" >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &direct(),
+        &["lock", "--grace", "500ms", &path, "--", "sh", "-c", &script],
+    );
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("zkr lock --grace 500ms", c);
+    let cmd_pid = pid_of(&log, "cmd");
+    wait_for_children(&path, 1, Duration::from_secs(5));
+
+    // When zkr gets SIGTERM
+    a.signal(libc::SIGTERM);
+
+    // Then CMD gets SIGTERM, ignores it, is SIGKILLed after the grace, and zkr exits with
+    // CMD's status (128+9) once the lock is released
+    wait_for_line(&log, "TERM-ignored", Duration::from_secs(2));
+    assert_eq!(
+        a.wait(Duration::from_secs(5)),
+        128 + libc::SIGKILL,
+        "stderr:\n{}",
+        a.stderr()
+    );
+    assert!(a.stderr().contains("SIGKILL"), "stderr:\n{}", a.stderr());
+    assert!(!running(cmd_pid), "CMD (pid {cmd_pid}) survived");
+    assert_eq!(
+        children(&path),
+        Vec::<String>::new(),
+        "the lock was not released"
+    );
+}
+
+#[test]
+fn what_cmd_leaves_behind_is_stopped_before_the_release() {
+    let path = format!("{}/job", unique_root("zkr-leftover"));
+    let (_dir, log) = log_file();
+    // Given a CMD that starts a background job and exits 3 at once
+    let script = format!(r#"sh -c '{LOOP}' & echo "bg $!" >> "$LOG"; exit 3"#);
+    let mut c = zkr(
+        &direct(),
+        &["lock", "--grace", "500ms", &path, "--", "sh", "-c", &script],
+    );
+    c.env("LOG", &log);
+    let done = run("zkr lock", c, Duration::from_secs(10));
+    // Then zkr exits with CMD's status, and the background job was stopped first
+    assert_eq!(done.code, 3, "stderr:\n{}", done.stderr);
+    let bg = pid_of(&log, "bg");
+    assert!(!running(bg), "CMD's background job (pid {bg}) outlived zkr");
+    assert!(
+        done.stderr.contains("still run"),
+        "expected a note on the processes left behind, stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// Quotes `s` for sh.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Runs `zkr ARGS...` in a pseudo-terminal (util-linux `script`), feeding it `input` in
+/// steps: `(delay, bytes)`. Returns the exit status and what the terminal showed.
+fn in_terminal(args: &[&str], input: &[(Duration, &str)], within: Duration) -> Done {
+    let mut line = format!(
+        "exec {} --connect {} --session-timeout 2s",
+        sh_quote(ZKR),
+        sh_quote(&direct())
+    );
+    for a in args {
+        line.push(' ');
+        line.push_str(&sh_quote(a));
+    }
+    let mut c = Command::new("script");
+    c.args(["-q", "-e", "-c", &line, "/dev/null"])
+        .env_remove("ZK_CONNECT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = c.spawn().unwrap_or_else(|e| {
+        panic!("cannot run `script` (util-linux; apt-get install -y bsdutils): {e}")
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = collect(child.stdout.take().unwrap());
+    let stderr = collect(child.stderr.take().unwrap());
+    let mut p = Proc {
+        label: format!("zkr {args:?} in a terminal"),
+        child,
+        stdout: stdout.clone(),
+        stderr: stderr.clone(),
+        status: None,
+    };
+    for (delay, bytes) in input {
+        std::thread::sleep(*delay);
+        use std::io::Write;
+        let _ = stdin.write_all(bytes.as_bytes());
+        let _ = stdin.flush();
+    }
+    let deadline = Instant::now() + within;
+    while p.try_status().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "expected {} to exit within {within:?}; the terminal showed:\n{}",
+            p.label,
+            p.stdout()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let code = p.wait(Duration::from_secs(1));
+    drop(stdin);
+    Done {
+        code,
+        stdout: p.stdout(),
+        stderr: p.stderr(),
+        took: started.elapsed(),
+    }
+}
+
+#[test]
+fn an_interactive_cmd_reads_the_terminal() {
+    let path = format!("{}/tty", unique_root("zkr-tty"));
+    // Given `zkr lock` on a terminal whose CMD reads a line from it
+    // When a line is typed
+    let done = in_terminal(
+        &["lock", &path, "--", "sh", "-c", "read a; echo got $a"],
+        &[(Duration::from_millis(1500), "hello\n")],
+        Duration::from_secs(15),
+    );
+    // Then CMD reads it (it owns the terminal's foreground) and zkr exits with its status
+    assert!(
+        done.stdout.contains("got hello"),
+        "expected CMD to read the line; the terminal showed:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    assert_eq!(done.code, 0, "the terminal showed:\n{}", done.stdout);
+    assert_eq!(children(&path), Vec::<String>::new());
+}
+
+#[test]
+fn ctrl_c_and_ctrl_z_on_the_terminal_reach_cmd() {
+    let path = format!("{}/tty", unique_root("zkr-tty-keys"));
+    // Given CMD reading the terminal, with zkr's process group orphaned (`script` makes it a
+    // session of its own), where job control cannot stop zkr
+    // When Ctrl-Z is typed, then a line
+    let done = in_terminal(
+        &["lock", &path, "--", "sh", "-c", "read a; echo got $a"],
+        &[
+            (Duration::from_millis(1500), "\x1a"),
+            (Duration::from_millis(500), "after-z\n"),
+        ],
+        Duration::from_secs(15),
+    );
+    // Then CMD was stopped and continued (no shell could have done it), and read the line
+    assert!(
+        done.stdout.contains("got after-z"),
+        "expected CMD to go on after Ctrl-Z; the terminal showed:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    assert_eq!(done.code, 0, "the terminal showed:\n{}", done.stdout);
+
+    // When Ctrl-C is typed while CMD waits for a line
+    let done = in_terminal(
+        &["lock", &path, "--", "sh", "-c", "read a; echo got $a"],
+        &[(Duration::from_millis(1500), "\x03")],
+        Duration::from_secs(15),
+    );
+    // Then CMD dies of SIGINT, zkr passes its status on, and releases
+    assert_eq!(
+        done.code,
+        128 + libc::SIGINT,
+        "the terminal showed:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    assert!(!done.stdout.contains("got"), "{}", done.stdout);
+    assert_eq!(children(&path), Vec::<String>::new());
+}
+
+// ------------------------------------------------------------------------------------------
 // Elections
 // ------------------------------------------------------------------------------------------
 

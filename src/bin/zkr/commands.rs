@@ -225,7 +225,7 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
         path: path.to_string(),
         cmd: a.cmd.clone(),
         grace: a.wait.grace,
-        session_timeout: g.session_timeout,
+        session: session.clone(),
         acquired_at: Instant::now(),
         env: Vec::new(),
     };
@@ -264,7 +264,7 @@ async fn rw(
         path: path.to_string(),
         cmd: a.cmd.clone(),
         grace: a.wait.grace,
-        session_timeout: g.session_timeout,
+        session: session.clone(),
         acquired_at: Instant::now(),
         env: Vec::new(),
     };
@@ -284,7 +284,7 @@ async fn elect(session: &Session, g: &Global, a: &ElectArgs, signals: &mut Signa
         path: path.to_string(),
         cmd: a.cmd.clone(),
         grace: a.grace,
-        session_timeout: g.session_timeout,
+        session: session.clone(),
         acquired_at: Instant::now(),
         env: vec![("ZK_LEADER_ID".to_string(), a.id.clone())],
     };

@@ -18,6 +18,8 @@
 //! * [`cli`]: the argument grammar (clap).
 //! * [`run`]: runs CMD in its own process group under a held lock and supervises it: loss,
 //!   pauses of `zkr` itself, signals.
+//! * [`supervise`]: the process between `zkr` and CMD (`zkr __supervise`): CMD never
+//!   outlives `zkr`, and gets the terminal when `zkr` has it.
 //! * [`wait`]: acquiring with progress on stderr.
 //! * [`show`]: `holders` and `leader`, and the queue roles both use.
 //! * [`server`]: `zkr server`, a private ZooKeeper through the test harness.
@@ -29,6 +31,7 @@ mod run;
 mod server;
 mod show;
 mod signals;
+mod supervise;
 mod wait;
 
 use clap::Parser;
@@ -97,6 +100,10 @@ fn init_tracing() {
 }
 
 fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == supervise::SUBCOMMAND) {
+        supervise::main(&args[2..]);
+    }
     let cli = Cli::parse();
     init_tracing();
     let outcome = match cli.command {
