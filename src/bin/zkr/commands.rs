@@ -525,3 +525,58 @@ async fn busy_note<G>(result: &Result<zk_recipes::Result<G>, i32>, progress: &Pr
         _ => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_without_a_port_get_2181() {
+        assert_eq!(normalize_hosts("zk1").unwrap(), "zk1:2181");
+        assert_eq!(
+            normalize_hosts("zk1, zk2:2182,[::1],[::1]:3000").unwrap(),
+            "zk1:2181,zk2:2182,[::1]:2181,[::1]:3000"
+        );
+    }
+
+    #[test]
+    fn malformed_hosts_are_named() {
+        for (bad, says) in [
+            ("zk1:x", "\"x\" is not a port"),
+            ("zk1:0", "is not a port"),
+            ("zk1:70000", "is not a port"),
+            ("zk1,,zk2", "empty server entry"),
+            (":2181", "no host name"),
+            ("::1", "more than one ':'"),
+            ("[::1", "never closes"),
+            ("a b:1", "in the host name"),
+        ] {
+            let err = normalize_hosts(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: expected {says:?} in {err:?}");
+            assert!(!err.contains("with_"), "{bad}: a library name in {err:?}");
+        }
+    }
+
+    #[test]
+    fn auth_is_digest_user_password() {
+        assert_eq!(
+            parse_auth("digest:alice:s:e:cret\n", "t").unwrap(),
+            ("alice".to_string(), "s:e:cret".to_string())
+        );
+        for bad in [
+            "alice:secret",
+            "sasl:alice:pw",
+            "digest::pw",
+            "digest:alice",
+            "",
+        ] {
+            let fail = parse_auth(bad, "--auth").unwrap_err();
+            assert_eq!(fail.code, crate::EXIT_USAGE, "{bad}");
+            assert!(
+                fail.message.contains("digest:USER:PASSWORD"),
+                "{bad}: {}",
+                fail.message
+            );
+        }
+    }
+}
