@@ -1816,7 +1816,12 @@ fn digest_auth_from_the_option_the_environment_or_a_file_and_creator_acls() {
     for (what, extra, env) in [
         ("--auth", vec!["--auth", "digest:alice:secret"], None),
         ("ZK_AUTH", vec![], Some("digest:alice:secret")),
-        ("--auth-file", vec!["--auth-file", auth_file], None),
+        // The file wins over ZK_AUTH.
+        (
+            "--auth-file",
+            vec!["--auth-file", auth_file],
+            Some("digest:bob:pw"),
+        ),
     ] {
         let mut args = extra.clone();
         args.extend(["lock", job.as_str(), "--", "true"]);

@@ -91,11 +91,10 @@ pub struct Global {
     )]
     pub auth: Option<String>,
 
-    /// Read `digest:USER:PASSWORD` from FILE (one line)
+    /// Read `digest:USER:PASSWORD` from FILE (its first line); wins over --auth and ZK_AUTH
     #[arg(
         long,
         value_name = "FILE",
-        conflicts_with = "auth",
         global = true,
         help_heading = "Security options"
     )]
