@@ -1554,11 +1554,11 @@ fn conflict_and_lost_exit_codes_can_be_chosen_and_cmds_own_status_is_untouched()
 #[test]
 fn the_granted_session_timeout_is_warned_about_and_drives_the_pause_check() {
     use zk_recipes::testing::{ServerOptions, ZooKeeperServer};
-    // Given a server that grants at most 2s
+    // Given a server that grants at most 4s
     let server = ZooKeeperServer::start_with(
-        ServerOptions::new().with_config_line("maxSessionTimeout=2000"),
+        ServerOptions::new().with_config_line("maxSessionTimeout=4000"),
     )
-    .expect("a ZooKeeper server with maxSessionTimeout=2000");
+    .expect("a ZooKeeper server with maxSessionTimeout=4000");
     let path = format!("{}/job", unique_root("zkr-granted"));
     let (_dir, log) = log_file();
     let script =
@@ -1572,21 +1572,26 @@ fn the_granted_session_timeout_is_warned_about_and_drives_the_pause_check() {
         .args(["lock", &path, "--", "sh", "-c", &script]);
     let mut a = Proc::spawn("zkr --session-timeout 60s", c);
     wait_for_line(&log, "start", Duration::from_secs(10));
-    // Then it says once that it got 2s
+    // Then it says once that it got 4s
     let stderr = a.stderr();
     assert_eq!(
-        stderr.matches("granted a session timeout of 2.0s").count(),
+        stderr.matches("granted a session timeout of 4.0s").count(),
         1,
         "expected one warning about the granted timeout, stderr:\n{stderr}"
     );
     assert!(stderr.contains("1m00s"), "stderr:\n{stderr}");
 
-    // When zkr is stopped for 2.5s: past the 2s granted, far below the 60s asked for
+    // When zkr is stopped for 4.5s: past the 4s granted, far below the 60s asked for
     a.signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(4500));
+    assert!(
+        !read_lines(&log).contains(&"TERM".to_string()),
+        "CMD was stopped before zkr was; stderr:\n{}",
+        a.stderr()
+    );
     let resumed = Instant::now();
     a.signal(libc::SIGCONT);
-    // Then its pause check stops CMD at once, measured against the granted 2s
+    // Then its pause check stops CMD at once, measured against the granted 4s
     wait_for_line(&log, "TERM", Duration::from_secs(5));
     assert!(
         resumed.elapsed() < Duration::from_secs(1),

@@ -321,6 +321,9 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
                     format!("cannot install signal handlers: {e}"),
                 )
             })?;
+    // The clock check covers starting CMD too: a zkr stopped while the supervisor reports
+    // CMD's pid finds the gap on its first look.
+    let mut last_tick = Instant::now();
     let mut cmd = match Supervised::start(&spec, &held).await {
         Ok(cmd) => cmd,
         Err(fail) => {
@@ -331,7 +334,6 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
 
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut last_tick = Instant::now();
     let paused = |last_tick: &mut Instant| -> Option<Duration> {
         let now = Instant::now();
         let gap = now.saturating_duration_since(*last_tick);
