@@ -728,6 +728,9 @@ impl Epoch {
 
 struct Shared {
     config: Config,
+    /// The session timeout the server granted to the newest epoch, in milliseconds (0 before
+    /// the first).
+    negotiated_ms: AtomicU64,
     events: watch::Sender<SessionEvent>,
     history: tokio::sync::broadcast::Sender<SessionEvent>,
     current: Mutex<Option<Arc<Epoch>>>,
@@ -820,6 +823,7 @@ impl Session {
         let shutdown = CancellationToken::new();
         let shared = Arc::new(Shared {
             config,
+            negotiated_ms: AtomicU64::new(0),
             events,
             history: tokio::sync::broadcast::channel(256).0,
             current: Mutex::new(None),
@@ -858,8 +862,22 @@ impl Session {
         self.current_epoch().map(|e| e.session_id)
     }
 
-    /// The negotiated-at-request session timeout.
+    /// The session timeout the server granted (to the newest session, after an expiry): the
+    /// one that decides when the server expires the session, and so the one every loss
+    /// deadline is measured against. The server clamps the requested value to its
+    /// `minSessionTimeout..maxSessionTimeout` (2 to 20 ticks by default), so it may differ
+    /// from [`requested_session_timeout`](Self::requested_session_timeout).
     pub fn session_timeout(&self) -> Duration {
+        match self.shared.negotiated_ms.load(Ordering::Acquire) {
+            0 => self.shared.config.session_timeout,
+            ms => Duration::from_millis(ms),
+        }
+    }
+
+    /// The session timeout asked for with
+    /// [`SessionBuilder::with_session_timeout`]; see [`session_timeout`](Self::session_timeout)
+    /// for the one in force.
+    pub fn requested_session_timeout(&self) -> Duration {
         self.shared.config.session_timeout
     }
 
@@ -1019,6 +1037,11 @@ impl Shared {
     fn install(&self, client: zk::Client, number: u64) -> Arc<Epoch> {
         let grace = (self.config.loss_policy == LossPolicy::Grace)
             .then(|| grace_period(client.session_timeout()));
+        let granted = client.session_timeout().as_millis().max(1);
+        self.negotiated_ms.store(
+            u64::try_from(granted).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
         let epoch = Arc::new(Epoch {
             number,
             session_id: client.session_id().0,

@@ -809,6 +809,261 @@ fn readers_share_and_writers_exclude() {
 }
 
 // ------------------------------------------------------------------------------------------
+// Supervision: nothing of CMD outlives zkr; stops; the terminal
+// ------------------------------------------------------------------------------------------
+
+/// Whether `pid` runs (exists and is not a zombie waiting to be reaped).
+fn running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .unwrap_or("?");
+    state != "Z"
+}
+
+/// The pids a CMD wrote to the log as `NAME PID` lines.
+fn pid_of(log: &Path, name: &str) -> i32 {
+    let line = wait_for_line(log, &format!("{name} "), Duration::from_secs(10));
+    line[name.len() + 1..]
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("bad pid line {line:?}: {e}"))
+}
+
+#[test]
+fn kill_9_of_zkr_leaves_nothing_of_cmd_running() {
+    let path = format!("{}/job", unique_root("zkr-kill9"));
+    let (_dir, log) = log_file();
+    // Given a CMD that starts a child in its group and one that leaves the group (setsid)
+    let script = format!(
+        r#"echo "cmd $$" >> "$LOG"
+sh -c '{LOOP}' & echo "child $!" >> "$LOG"
+setsid sh -c '{LOOP}' & echo "escaped $!" >> "$LOG"
+echo ready >> "$LOG"; wait"#
+    );
+    let mut c = zkr(&direct(), &["lock", &path, "--", "sh", "-c", &script]);
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("zkr lock", c);
+    wait_for_line(&log, "ready", Duration::from_secs(10));
+    let pids: Vec<(&str, i32)> = ["cmd", "child", "escaped"]
+        .into_iter()
+        .map(|n| (n, pid_of(&log, n)))
+        .collect();
+    for (name, pid) in &pids {
+        assert!(
+            running(*pid),
+            "{name} (pid {pid}) does not run before the kill"
+        );
+    }
+
+    // When zkr is killed with SIGKILL
+    a.signal(libc::SIGKILL);
+    assert_eq!(a.wait(Duration::from_secs(5)), -libc::SIGKILL);
+
+    // Then within 1s nothing that CMD started runs any more
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let alive: Vec<_> = pids.iter().filter(|(_, pid)| running(*pid)).collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 1s after zkr was killed: {alive:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigterm_stops_a_cmd_that_ignores_it_with_sigkill_after_the_grace_then_releases() {
+    let path = format!("{}/job", unique_root("zkr-term-grace"));
+    let (_dir, log) = log_file();
+    // Given a holder whose CMD ignores SIGTERM
+    let script =
+        format!(r#"trap 'echo TERM-ignored >> "$LOG"' TERM; echo "cmd $$" >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &direct(),
+        &["lock", "--grace", "500ms", &path, "--", "sh", "-c", &script],
+    );
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("zkr lock --grace 500ms", c);
+    let cmd_pid = pid_of(&log, "cmd");
+    wait_for_children(&path, 1, Duration::from_secs(5));
+
+    // When zkr gets SIGTERM
+    a.signal(libc::SIGTERM);
+
+    // Then CMD gets SIGTERM, ignores it, is SIGKILLed after the grace, and zkr exits with
+    // CMD's status (128+9) once the lock is released
+    wait_for_line(&log, "TERM-ignored", Duration::from_secs(2));
+    assert_eq!(
+        a.wait(Duration::from_secs(5)),
+        128 + libc::SIGKILL,
+        "stderr:\n{}",
+        a.stderr()
+    );
+    assert!(a.stderr().contains("SIGKILL"), "stderr:\n{}", a.stderr());
+    assert!(!running(cmd_pid), "CMD (pid {cmd_pid}) survived");
+    assert_eq!(
+        children(&path),
+        Vec::<String>::new(),
+        "the lock was not released"
+    );
+}
+
+#[test]
+fn what_cmd_leaves_behind_is_stopped_before_the_release() {
+    let path = format!("{}/job", unique_root("zkr-leftover"));
+    let (_dir, log) = log_file();
+    // Given a CMD that starts a background job and exits 3 at once
+    let script = format!(r#"sh -c '{LOOP}' & echo "bg $!" >> "$LOG"; exit 3"#);
+    let mut c = zkr(
+        &direct(),
+        &["lock", "--grace", "500ms", &path, "--", "sh", "-c", &script],
+    );
+    c.env("LOG", &log);
+    let done = run("zkr lock", c, Duration::from_secs(10));
+    // Then zkr exits with CMD's status, and the background job was stopped first
+    assert_eq!(done.code, 3, "stderr:\n{}", done.stderr);
+    let bg = pid_of(&log, "bg");
+    assert!(!running(bg), "CMD's background job (pid {bg}) outlived zkr");
+    assert!(
+        done.stderr.contains("still run"),
+        "expected a note on the processes left behind, stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// Quotes `s` for sh.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Runs `zkr ARGS...` in a pseudo-terminal (util-linux `script`), feeding it `input` in
+/// steps: `(delay, bytes)`. Returns the exit status and what the terminal showed.
+fn in_terminal(args: &[&str], input: &[(Duration, &str)], within: Duration) -> Done {
+    let mut line = format!(
+        "exec {} --connect {} --session-timeout 2s",
+        sh_quote(ZKR),
+        sh_quote(&direct())
+    );
+    for a in args {
+        line.push(' ');
+        line.push_str(&sh_quote(a));
+    }
+    let mut c = Command::new("script");
+    c.args(["-q", "-e", "-c", &line, "/dev/null"])
+        .env_remove("ZK_CONNECT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = c.spawn().unwrap_or_else(|e| {
+        panic!("cannot run `script` (util-linux; apt-get install -y bsdutils): {e}")
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = collect(child.stdout.take().unwrap());
+    let stderr = collect(child.stderr.take().unwrap());
+    let mut p = Proc {
+        label: format!("zkr {args:?} in a terminal"),
+        child,
+        stdout: stdout.clone(),
+        stderr: stderr.clone(),
+        status: None,
+    };
+    for (delay, bytes) in input {
+        std::thread::sleep(*delay);
+        use std::io::Write;
+        let _ = stdin.write_all(bytes.as_bytes());
+        let _ = stdin.flush();
+    }
+    let deadline = Instant::now() + within;
+    while p.try_status().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "expected {} to exit within {within:?}; the terminal showed:\n{}",
+            p.label,
+            p.stdout()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let code = p.wait(Duration::from_secs(1));
+    drop(stdin);
+    Done {
+        code,
+        stdout: p.stdout(),
+        stderr: p.stderr(),
+        took: started.elapsed(),
+    }
+}
+
+#[test]
+fn an_interactive_cmd_reads_the_terminal() {
+    let path = format!("{}/tty", unique_root("zkr-tty"));
+    // Given `zkr lock` on a terminal whose CMD reads a line from it
+    // When a line is typed
+    let done = in_terminal(
+        &["lock", &path, "--", "sh", "-c", "read a; echo got $a"],
+        &[(Duration::from_millis(1500), "hello\n")],
+        Duration::from_secs(15),
+    );
+    // Then CMD reads it (it owns the terminal's foreground) and zkr exits with its status
+    assert!(
+        done.stdout.contains("got hello"),
+        "expected CMD to read the line; the terminal showed:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    assert_eq!(done.code, 0, "the terminal showed:\n{}", done.stdout);
+    assert_eq!(children(&path), Vec::<String>::new());
+}
+
+#[test]
+fn ctrl_c_and_ctrl_z_on_the_terminal_reach_cmd() {
+    let path = format!("{}/tty", unique_root("zkr-tty-keys"));
+    // Given CMD reading the terminal, with zkr's process group orphaned (`script` makes it a
+    // session of its own), where job control cannot stop zkr
+    // When Ctrl-Z is typed, then a line
+    let done = in_terminal(
+        &["lock", &path, "--", "sh", "-c", "read a; echo got $a"],
+        &[
+            (Duration::from_millis(1500), "\x1a"),
+            (Duration::from_millis(500), "after-z\n"),
+        ],
+        Duration::from_secs(15),
+    );
+    // Then CMD was stopped and continued (no shell could have done it), and read the line
+    assert!(
+        done.stdout.contains("got after-z"),
+        "expected CMD to go on after Ctrl-Z; the terminal showed:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    assert_eq!(done.code, 0, "the terminal showed:\n{}", done.stdout);
+
+    // When Ctrl-C is typed while CMD waits for a line
+    let done = in_terminal(
+        &["lock", &path, "--", "sh", "-c", "read a; echo got $a"],
+        &[(Duration::from_millis(1500), "\x03")],
+        Duration::from_secs(15),
+    );
+    // Then CMD dies of SIGINT, zkr passes its status on, and releases
+    assert_eq!(
+        done.code,
+        128 + libc::SIGINT,
+        "the terminal showed:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    assert!(!done.stdout.contains("got"), "{}", done.stdout);
+    assert_eq!(children(&path), Vec::<String>::new());
+}
+
+// ------------------------------------------------------------------------------------------
 // Elections
 // ------------------------------------------------------------------------------------------
 
@@ -1063,6 +1318,43 @@ fn error_paths_print_a_message_and_the_documented_status() {
             "--permits",
         ),
         (
+            "a port that is not a number",
+            zkr("127.0.0.1:x", &["holders", "/a"]),
+            2,
+            "\"x\" is not a port number",
+        ),
+        (
+            "an empty server entry",
+            zkr("127.0.0.1:2181,,h:1", &["holders", "/a"]),
+            2,
+            "empty server entry",
+        ),
+        (
+            "a zero session timeout",
+            zkr_bare(&[
+                "--connect",
+                "127.0.0.1:1",
+                "--session-timeout",
+                "0s",
+                "holders",
+                "/a",
+            ]),
+            2,
+            "from 100ms to 1h",
+        ),
+        (
+            "an empty --id",
+            zkr(&direct(), &["elect", "/a", "--id", "", "--", "true"]),
+            2,
+            "--id",
+        ),
+        (
+            "a host name that does not resolve",
+            zkr("no-such-host.invalid:2181", &["holders", "/a"]),
+            69,
+            "cannot resolve the ZooKeeper host name (DNS): no-such-host.invalid:2181",
+        ),
+        (
             "a chroot that does not exist",
             zkr(
                 &direct(),
@@ -1100,8 +1392,27 @@ fn error_paths_print_a_message_and_the_documented_status() {
     );
     assert_eq!(out.code, 69, "stderr:\n{}", out.stderr);
     assert!(
-        out.stderr.contains("cannot reach ZooKeeper"),
+        out.stderr.contains("cannot reach ZooKeeper")
+            && out.stderr.contains("connection refused by 127.0.0.1:1"),
         "stderr:\n{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("with_") && !out.stderr.contains("Session"),
+        "a library name in the message:\n{}",
+        out.stderr
+    );
+
+    // A host without a port means ZooKeeper's 2181
+    let out = run(
+        "no port",
+        zkr("127.0.0.1", &["holders", "/a"]),
+        Duration::from_secs(10),
+    );
+    assert!(
+        out.code == 0 || out.stderr.contains("127.0.0.1:2181"),
+        "expected port 2181 (a server there, or a message naming it), got {}; stderr:\n{}",
+        out.code,
         out.stderr
     );
     assert!(
@@ -1148,5 +1459,632 @@ fn server_prints_its_connect_string_and_stops_on_sigterm() {
     assert!(
         std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
         "the ZooKeeper JVM still listens on {connect}"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// Exit statuses, the granted session timeout, logs, the waiting line
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn conflict_and_lost_exit_codes_can_be_chosen_and_cmds_own_status_is_untouched() {
+    let path = format!("{}/job", unique_root("zkr-codes"));
+    let (_dir, log) = log_file();
+    // Given a holder that records its node, started with --lost-exit-code 86
+    let script = format!(r#"echo "node $ZK_LOCK_NODE" >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &direct(),
+        &[
+            "lock",
+            "--lost-exit-code",
+            "86",
+            "--grace",
+            "200ms",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    c.env("LOG", &log);
+    let mut holder = Proc::spawn("holder", c);
+    let node = wait_for_line(&log, "node ", Duration::from_secs(10))[5..].to_string();
+
+    // When another zkr tries with --conflict-exit-code 99
+    let tried = run(
+        "zkr lock --try --conflict-exit-code 99",
+        zkr(
+            &direct(),
+            &[
+                "lock",
+                "--try",
+                "--conflict-exit-code",
+                "99",
+                &path,
+                "--",
+                "true",
+            ],
+        ),
+        Duration::from_secs(10),
+    );
+    // Then it exits 99, not 75
+    assert_eq!(tried.code, 99, "stderr:\n{}", tried.stderr);
+    assert!(tried.stderr.contains("busy"), "stderr:\n{}", tried.stderr);
+
+    // When the holder's node is deleted under it
+    with_client({
+        let node = node.clone();
+        move |c| Box::pin(async move { c.delete(&node, None).await })
+    })
+    .unwrap_or_else(|e| panic!("delete {node}: {e}"));
+    // Then the holder exits 86, not 76
+    assert_eq!(
+        holder.wait(Duration::from_secs(5)),
+        86,
+        "stderr:\n{}",
+        holder.stderr()
+    );
+
+    // And a CMD that itself exits 75 or 76 is passed on as it is
+    for own in ["75", "76"] {
+        let done = run(
+            "zkr lock -- exit N",
+            zkr(
+                &direct(),
+                &[
+                    "lock",
+                    "--conflict-exit-code",
+                    "99",
+                    "--lost-exit-code",
+                    "86",
+                    &path,
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!("exit {own}"),
+                ],
+            ),
+            Duration::from_secs(10),
+        );
+        assert_eq!(done.code.to_string(), own, "stderr:\n{}", done.stderr);
+    }
+}
+
+#[test]
+fn the_granted_session_timeout_is_warned_about_and_drives_the_pause_check() {
+    use zk_recipes::testing::{ServerOptions, ZooKeeperServer};
+    // Given a server that grants at most 4s
+    let server = ZooKeeperServer::start_with(
+        ServerOptions::new().with_config_line("maxSessionTimeout=4000"),
+    )
+    .expect("a ZooKeeper server with maxSessionTimeout=4000");
+    let path = format!("{}/job", unique_root("zkr-granted"));
+    let (_dir, log) = log_file();
+    let script =
+        format!(r#"trap 'echo TERM >> "$LOG"; exit 0' TERM; echo start >> "$LOG"; {LOOP}"#);
+    // When zkr asks for 60s (and trusts only its own clock: --loss-policy expiry)
+    let mut c = Command::new(ZKR);
+    c.env_remove("ZK_CONNECT")
+        .env("LOG", &log)
+        .args(["--connect", &server.connect_string()])
+        .args(["--session-timeout", "60s", "--loss-policy", "expiry"])
+        .args(["lock", &path, "--", "sh", "-c", &script]);
+    let mut a = Proc::spawn("zkr --session-timeout 60s", c);
+    wait_for_line(&log, "start", Duration::from_secs(10));
+    // Then it says once that it got 4s
+    let stderr = a.stderr();
+    assert_eq!(
+        stderr.matches("granted a session timeout of 4.0s").count(),
+        1,
+        "expected one warning about the granted timeout, stderr:\n{stderr}"
+    );
+    assert!(stderr.contains("1m00s"), "stderr:\n{stderr}");
+
+    // When zkr is stopped for 4.5s: past the 4s granted, far below the 60s asked for
+    a.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(4500));
+    assert!(
+        !read_lines(&log).contains(&"TERM".to_string()),
+        "CMD was stopped before zkr was; stderr:\n{}",
+        a.stderr()
+    );
+    let resumed = Instant::now();
+    a.signal(libc::SIGCONT);
+    // Then its pause check stops CMD at once, measured against the granted 4s
+    wait_for_line(&log, "TERM", Duration::from_secs(5));
+    assert!(
+        resumed.elapsed() < Duration::from_secs(1),
+        "CMD got SIGTERM {:?} after zkr resumed; expected at once",
+        resumed.elapsed()
+    );
+    assert_eq!(
+        a.wait(Duration::from_secs(5)),
+        76,
+        "stderr:\n{}",
+        a.stderr()
+    );
+    assert!(a.stderr().contains("paused"), "stderr:\n{}", a.stderr());
+    drop(server);
+}
+
+#[test]
+fn logs_follow_rust_log_and_zkr_log_without_colours_off_a_terminal() {
+    let path = format!("{}/x", unique_root("zkr-logs"));
+    let holders = |env: &[(&str, &str)]| {
+        let mut c = zkr(&direct(), &["holders", &path]);
+        c.env_remove("RUST_LOG").env_remove("ZKR_LOG");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        run(&format!("zkr holders {env:?}"), c, Duration::from_secs(10))
+    };
+    // RUST_LOG=debug shows the library's debug logs, without ANSI colours on a pipe
+    let debug = holders(&[("RUST_LOG", "debug")]);
+    assert_eq!(debug.code, 0, "stderr:\n{}", debug.stderr);
+    assert!(debug.stderr.contains("DEBUG"), "stderr:\n{}", debug.stderr);
+    assert!(
+        !debug.stderr.contains('\x1b'),
+        "ANSI escapes on a pipe:\n{:?}",
+        debug.stderr
+    );
+    // ZKR_LOG wins over RUST_LOG
+    let quiet = holders(&[("RUST_LOG", "debug"), ("ZKR_LOG", "error")]);
+    assert!(!quiet.stderr.contains("DEBUG"), "stderr:\n{}", quiet.stderr);
+    // By default: no debug or info lines
+    let default = holders(&[]);
+    assert!(
+        !default.stderr.contains("DEBUG") && !default.stderr.contains("INFO"),
+        "stderr:\n{}",
+        default.stderr
+    );
+}
+
+#[test]
+fn a_dropped_connection_while_cmd_runs_is_a_warning_by_default() {
+    let path = format!("{}/job", unique_root("zkr-warn"));
+    let (_dir, log) = log_file();
+    let proxy = FaultProxy::start(shared_server().addr()).expect("proxy");
+    let script = format!(r#"echo start >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &proxy.addr().to_string(),
+        &["lock", &path, "--", "sh", "-c", &script],
+    );
+    c.env("LOG", &log)
+        .env_remove("RUST_LOG")
+        .env_remove("ZKR_LOG");
+    let mut a = Proc::spawn("zkr lock (via proxy)", c);
+    wait_for_line(&log, "start", Duration::from_secs(10));
+    // When the connection drops once (the client reconnects at once, same session)
+    proxy.drop_connections();
+    // Then zkr says so at the default log level, and keeps the lock
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(a.stderr().contains("dropped") && a.stderr().contains("reconnected")) {
+        assert!(
+            Instant::now() < deadline,
+            "expected warnings about the dropped connection and the reconnect, stderr:\n{}",
+            a.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(a.stderr().contains("WARN"), "stderr:\n{}", a.stderr());
+    assert!(a.try_status().is_none(), "stderr:\n{}", a.stderr());
+    a.signal(libc::SIGTERM);
+    assert_eq!(a.wait(Duration::from_secs(5)), 128 + libc::SIGTERM);
+}
+
+#[test]
+fn the_waiting_line_off_a_terminal_is_printed_again_when_the_place_changes() {
+    let path = format!("{}/job", unique_root("zkr-reprint"));
+    let (_dir, log) = log_file();
+    // Given A holding until told, then B waiting, then C waiting behind both
+    let hold = |who: &str| {
+        format!(
+            r#"echo "{who}" >> "$LOG"; i=0; while [ ! -e "$LOG.{who}" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"#
+        )
+    };
+    let spawn = |who: &str| {
+        let mut c = zkr(&direct(), &["lock", &path, "--", "sh", "-c", &hold(who)]);
+        c.env("LOG", &log);
+        Proc::spawn(who, c)
+    };
+    let mut a = spawn("A");
+    wait_for_line(&log, "A", Duration::from_secs(10));
+    let mut b = spawn("B");
+    wait_for_children(&path, 2, Duration::from_secs(10));
+    let mut c = spawn("C");
+    wait_for_children(&path, 3, Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !c.stderr().contains("2 ahead") {
+        assert!(Instant::now() < deadline, "stderr of C:\n{}", c.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // When A finishes
+    std::fs::write(format!("{}.A", log.display()), "").unwrap();
+    assert_eq!(a.wait(Duration::from_secs(5)), 0);
+    // Then C's log says it moved up (within the reprint limit of a few seconds)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.stderr().contains("1 ahead") {
+        assert!(
+            Instant::now() < deadline,
+            "expected a second waiting line with 1 ahead, stderr of C:\n{}",
+            c.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lines = c
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("waiting for"))
+        .count();
+    assert_eq!(lines, 2, "stderr of C:\n{}", c.stderr());
+    std::fs::write(format!("{}.B", log.display()), "").unwrap();
+    std::fs::write(format!("{}.C", log.display()), "").unwrap();
+    assert_eq!(b.wait(Duration::from_secs(5)), 0);
+    assert_eq!(c.wait(Duration::from_secs(5)), 0);
+}
+
+// ------------------------------------------------------------------------------------------
+// The README's systemd unit: the stop path
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn a_systemd_stop_sends_sigterm_through_and_exits_0_or_143() {
+    let path = format!("{}/mailer", unique_root("zkr-systemd"));
+    let (_dir, log) = log_file();
+    // Given the unit's command: a leader whose daemon exits 0 on SIGTERM
+    let script = format!(
+        r#"trap 'echo "TERM $ZK_LEADER_ID" >> "$LOG"; exit 0' TERM; echo "lead $ZK_LEADER_ID" >> "$LOG"; {LOOP}"#
+    );
+    let spawn = |id: &str, script: &str| {
+        let mut c = zkr(
+            &direct(),
+            &[
+                "elect", &path, "--id", id, "--grace", "2s", "--", "sh", "-c", script,
+            ],
+        );
+        c.env("LOG", &log);
+        Proc::spawn(&format!("zkr elect {id}"), c)
+    };
+    let mut a = spawn("host-a", &script);
+    wait_for_line(&log, "lead host-a", Duration::from_secs(10));
+    // When systemd stops the unit (KillMode=mixed: SIGTERM to zkr only)
+    a.signal(libc::SIGTERM);
+    // Then the daemon got SIGTERM, zkr resigned and exited 0: a clean stop
+    assert_eq!(a.wait(Duration::from_secs(5)), 0, "stderr:\n{}", a.stderr());
+    wait_for_line(&log, "TERM host-a", Duration::from_secs(1));
+    assert_eq!(children(&path), Vec::<String>::new(), "did not resign");
+
+    // Given a daemon that does not handle SIGTERM
+    let plain = format!(r#"echo "lead $ZK_LEADER_ID" >> "$LOG"; {LOOP}"#);
+    let mut b = spawn("host-b", &plain);
+    wait_for_line(&log, "lead host-b", Duration::from_secs(10));
+    // When the unit is stopped
+    b.signal(libc::SIGTERM);
+    // Then zkr exits 143, what SuccessExitStatus=143 in the README's unit accepts
+    assert_eq!(
+        b.wait(Duration::from_secs(5)),
+        128 + libc::SIGTERM,
+        "stderr:\n{}",
+        b.stderr()
+    );
+    assert_eq!(children(&path), Vec::<String>::new(), "did not resign");
+}
+
+// ------------------------------------------------------------------------------------------
+// Secured ensembles: digest auth and ACLs, TLS
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn digest_auth_from_the_option_the_environment_or_a_file_and_creator_acls() {
+    let root = unique_root("zkr-digest");
+    let prot = format!("{root}/prot");
+    // Given a path only alice may use
+    with_client({
+        let (root, prot) = (root.clone(), prot.clone());
+        move |c| {
+            Box::pin(async move {
+                c.auth("digest", b"alice:secret")
+                    .await
+                    .expect("digest auth");
+                let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                c.create(&root, b"", &open).await.expect("create root");
+                let mine = zk::CreateMode::Persistent.with_acls(zk::Acls::creator_all());
+                c.create(&prot, b"", &mine).await.expect("create prot");
+            })
+        }
+    });
+    let job = format!("{prot}/job");
+    let (dir, _log) = log_file();
+    let auth_file = dir.path().join("zk-auth");
+    std::fs::write(&auth_file, "digest:alice:secret\n").unwrap();
+
+    // When zkr has no credentials, or wrong ones: exit 1, saying what to give
+    for (what, extra) in [
+        ("no --auth", vec![]),
+        ("a wrong password", vec!["--auth", "digest:alice:wrong"]),
+    ] {
+        let mut args = extra.clone();
+        args.extend(["lock", job.as_str(), "--", "true"]);
+        let mut c = zkr(&direct(), &args);
+        c.env_remove("ZK_AUTH");
+        let out = run(what, c, Duration::from_secs(10));
+        assert_eq!(out.code, 1, "{what}: stderr:\n{}", out.stderr);
+        assert!(
+            out.stderr.contains("no permission") && out.stderr.contains("--auth"),
+            "{what}: stderr:\n{}",
+            out.stderr
+        );
+    }
+    // When alice's credentials come from --auth, ZK_AUTH or --auth-file: it runs
+    let auth_file = auth_file.to_str().unwrap();
+    for (what, extra, env) in [
+        ("--auth", vec!["--auth", "digest:alice:secret"], None),
+        ("ZK_AUTH", vec![], Some("digest:alice:secret")),
+        // The file wins over ZK_AUTH.
+        (
+            "--auth-file",
+            vec!["--auth-file", auth_file],
+            Some("digest:bob:pw"),
+        ),
+    ] {
+        let mut args = extra.clone();
+        args.extend(["lock", job.as_str(), "--", "true"]);
+        let mut c = zkr(&direct(), &args);
+        c.env_remove("ZK_AUTH");
+        if let Some(v) = env {
+            c.env("ZK_AUTH", v);
+        }
+        let out = run(what, c, Duration::from_secs(10));
+        assert_eq!(out.code, 0, "{what}: stderr:\n{}", out.stderr);
+    }
+
+    // Given bob holding a lock whose nodes zkr creates with --acl creator
+    let bobs = format!("{root}/bob/job");
+    let (_dir2, log) = log_file();
+    let mut c = zkr(
+        &direct(),
+        &[
+            "--auth",
+            "digest:bob:pw",
+            "--acl",
+            "creator",
+            "lock",
+            &bobs,
+            "--",
+            "sh",
+            "-c",
+            &format!(r#"echo start >> "$LOG"; {LOOP}"#),
+        ],
+    );
+    c.env("LOG", &log);
+    let mut bob = Proc::spawn("zkr --acl creator", c);
+    wait_for_line(&log, "start", Duration::from_secs(10));
+    // Then the nodes belong to bob alone
+    let acl = with_client({
+        let bobs = bobs.clone();
+        move |c| {
+            Box::pin(async move {
+                // Reading an ACL needs READ or ADMIN: only bob has them.
+                c.auth("digest", b"bob:pw").await.expect("digest auth");
+                c.get_acl(&bobs).await
+            })
+        }
+    })
+    .expect("get_acl of the lock directory, as bob");
+    assert!(
+        acl.0
+            .iter()
+            .all(|a| a.scheme() == "digest" && a.id().starts_with("bob:")),
+        "expected only bob's digest in the ACL, got {:?}",
+        acl.0
+    );
+    // And someone else cannot queue for it
+    let out = run(
+        "zkr lock (not bob)",
+        zkr(&direct(), &["lock", "--try", &bobs, "--", "true"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 1, "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("no permission"),
+        "stderr:\n{}",
+        out.stderr
+    );
+    bob.signal(libc::SIGTERM);
+    assert_eq!(bob.wait(Duration::from_secs(5)), 128 + libc::SIGTERM);
+
+    // --acl creator without credentials is a usage error
+    let mut c = zkr(&direct(), &["--acl", "creator", "lock", &job, "--", "true"]);
+    c.env_remove("ZK_AUTH");
+    let out = run("--acl creator without --auth", c, Duration::from_secs(10));
+    assert_eq!(out.code, 2, "stderr:\n{}", out.stderr);
+    assert!(out.stderr.contains("--auth"), "stderr:\n{}", out.stderr);
+}
+
+/// `keytool` of the JDK that runs the servers.
+#[cfg(feature = "tls")]
+fn keytool(args: &[&str]) {
+    let out = Command::new("keytool")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("keytool: {e}; TLS tests need the JDK's keytool"));
+    assert!(
+        out.status.success(),
+        "keytool {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `openssl req -x509`: a throwaway self-signed certificate and key for 127.0.0.1, as PEM
+/// files `dir/NAME.pem` and `dir/NAME.key`.
+#[cfg(feature = "tls")]
+fn self_signed_pem(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (cert, key) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", &format!("/CN={name}")])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        // An end-entity certificate that is its own trust anchor (rustls refuses a CA
+        // certificate as a server's).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap_or_else(|e| panic!("openssl: {e}; TLS tests need openssl"));
+    assert!(
+        out.status.success(),
+        "openssl req failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_with_the_servers_ca_and_a_client_certificate() {
+    use zk_recipes::testing::{ServerOptions, ZooKeeperServer};
+
+    // Given a server with a TLS client port that requires client certificates
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server_pem, server_key) = self_signed_pem(d, "server");
+    let (client_pem, client_key) = self_signed_pem(d, "client");
+    let out = Command::new("openssl")
+        .args(["pkcs12", "-export", "-passout", "pass:secret123"])
+        .arg("-in")
+        .arg(&server_pem)
+        .arg("-inkey")
+        .arg(&server_key)
+        .arg("-out")
+        .arg(d.join("server.p12"))
+        .output()
+        .expect("openssl pkcs12");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trust = d.join("trust.p12");
+    for (alias, pem) in [("server", &server_pem), ("client", &client_pem)] {
+        keytool(&[
+            "-importcert",
+            "-noprompt",
+            "-alias",
+            alias,
+            "-file",
+            pem.to_str().unwrap(),
+            "-keystore",
+            trust.to_str().unwrap(),
+            "-storepass",
+            "secret123",
+            "-storetype",
+            "PKCS12",
+        ]);
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ssl = |k: &str| format!("zookeeper.ssl.{k}");
+    let server = ZooKeeperServer::start_with(
+        ServerOptions::new()
+            .with_config_line(format!("secureClientPort={port}"))
+            .with_system_property(
+                "zookeeper.serverCnxnFactory",
+                "org.apache.zookeeper.server.NettyServerCnxnFactory",
+            )
+            .with_system_property(
+                ssl("keyStore.location"),
+                d.join("server.p12").to_str().unwrap(),
+            )
+            .with_system_property(ssl("keyStore.password"), "secret123")
+            .with_system_property(ssl("keyStore.type"), "PKCS12")
+            .with_system_property(ssl("trustStore.location"), trust.to_str().unwrap())
+            .with_system_property(ssl("trustStore.password"), "secret123")
+            .with_system_property(ssl("trustStore.type"), "PKCS12")
+            .with_system_property(ssl("clientAuth"), "need"),
+    )
+    .expect("a ZooKeeper server with a TLS client port");
+    let secure = format!("127.0.0.1:{port}");
+    let path = format!("{}/job", unique_root("zkr-tls"));
+    let file = |p: &PathBuf| p.to_str().unwrap().to_string();
+
+    // When zkr connects with the server's CA and its client certificate: it runs
+    let with_cert = [
+        "--tls-ca".to_string(),
+        file(&server_pem),
+        "--tls-cert".to_string(),
+        file(&client_pem),
+        "--tls-key".to_string(),
+        file(&client_key),
+    ];
+    let mut args: Vec<&str> = with_cert.iter().map(String::as_str).collect();
+    args.extend(["lock", &path, "--", "sh", "-c", "echo ran-over-tls"]);
+    let out = run("zkr over TLS", zkr(&secure, &args), Duration::from_secs(20));
+    let server_log = || {
+        let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(
+        out.code,
+        0,
+        "stderr:\n{}\nserver log:\n{}",
+        out.stderr,
+        server_log()
+    );
+    assert_eq!(out.stdout, "ran-over-tls\n");
+
+    // When it leaves out the client certificate, or TLS altogether: unreachable (69)
+    let ca_only = ["--tls-ca", server_pem.to_str().unwrap()];
+    for (what, extra) in [("no client certificate", &ca_only[..]), ("no TLS", &[][..])] {
+        let mut args = extra.to_vec();
+        args.extend(["lock", &path, "--", "true"]);
+        let out = run(what, zkr(&secure, &args), Duration::from_secs(20));
+        assert_eq!(out.code, 69, "{what}: stderr:\n{}", out.stderr);
+        assert!(
+            out.stderr.contains("accepts connections"),
+            "{what}: stderr:\n{}",
+            out.stderr
+        );
+    }
+    // And a CA file that is not PEM is a usage error
+    let out = run(
+        "a bad CA file",
+        zkr(
+            &secure,
+            &["--tls-ca", client_key.to_str().unwrap(), "holders", "/x"],
+        ),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 2, "stderr:\n{}", out.stderr);
+    drop(server);
+}
+
+#[cfg(not(feature = "tls"))]
+#[test]
+fn tls_options_without_the_tls_feature_are_a_usage_error() {
+    let out = run(
+        "--tls-ca without the feature",
+        zkr(
+            &direct(),
+            &["--tls-ca", "/nonexistent.pem", "holders", "/x"],
+        ),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 2, "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("--features tls"),
+        "stderr:\n{}",
+        out.stderr
     );
 }

@@ -10,15 +10,22 @@ use crate::duration;
 
 const AFTER_HELP: &str = "\
 Exit status:
-  CMD's status   CMD ran to the end under the lock (128+N if signal N ended it)
-  75             the lock was not acquired (--try found it busy, or --timeout passed)
-  76             the lock or leadership was lost while CMD ran (CMD got SIGTERM, then SIGKILL)
+  CMD's status   CMD ran to the end under the lock (128+N if signal N ended it, 137 if
+                 SIGKILLed after --grace)
+  75             the lock was not acquired (--try found it busy, or --timeout passed);
+                 --conflict-exit-code N changes it
+  76             the lock or leadership was lost while CMD ran (CMD got SIGTERM, then
+                 SIGKILL); --lost-exit-code N changes it
   69             ZooKeeper could not be reached within the connect timeout
   2              usage error
   1              any other error
+  128+N          signal N ended zkr before CMD ran (143: SIGTERM while waiting)
 CMD runs in its own process group with ZK_LOCK_PATH, ZK_LOCK_NODE, ZK_FENCING_TOKEN (decimal)
-and ZK_SESSION_ID (hex) in its environment. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
-SIGUSR2 sent to zkr are passed on to it. Set ZKR_LOG=debug for the library's logs.";
+and ZK_SESSION_ID (hex) in its environment, and gets the terminal when zkr has it. SIGTERM,
+SIGINT, SIGHUP and SIGQUIT sent to zkr go to CMD's group, with SIGKILL after --grace;
+SIGUSR1 and SIGUSR2 are passed on. If zkr dies (even by SIGKILL) CMD's group is killed.
+Logs: warnings by default; RUST_LOG (or ZKR_LOG, which wins) sets the filter, e.g.
+RUST_LOG=debug.";
 
 /// ZooKeeper coordination from the shell: run a command under a fair lock, a semaphore, a
 /// read/write lock or a leadership, and see who holds what.
@@ -46,12 +53,15 @@ pub struct Global {
     )]
     pub connect: Option<String>,
 
-    /// Session timeout to ask for; also the connect timeout unless --connect-timeout is given
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration::parse, global = true, help_heading = "ZooKeeper options")]
+    /// Session timeout to ask for (100ms..1h); the server may grant another within its
+    /// limits, which zkr then uses and warns about. Also the connect timeout unless
+    /// --connect-timeout is given
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration::parse_timeout, global = true, help_heading = "ZooKeeper options")]
     pub session_timeout: Duration,
 
-    /// How long to try reaching ZooKeeper before exiting 69 [default: the session timeout]
-    #[arg(long, value_name = "DUR", value_parser = duration::parse, global = true, help_heading = "ZooKeeper options")]
+    /// How long to try reaching ZooKeeper before exiting 69 (100ms..1h) [default: the
+    /// session timeout]
+    #[arg(long, value_name = "DUR", value_parser = duration::parse_timeout, global = true, help_heading = "ZooKeeper options")]
     pub connect_timeout: Option<Duration>,
 
     /// Root every path under this ZooKeeper node (it must exist)
@@ -68,6 +78,80 @@ pub struct Global {
     /// known expiry)
     #[arg(long, value_enum, value_name = "POLICY", default_value_t = Policy::Grace, global = true, help_heading = "ZooKeeper options")]
     pub loss_policy: Policy,
+
+    /// Authenticate as `digest:USER:PASSWORD` [default: $ZK_AUTH]. Prefer ZK_AUTH or
+    /// --auth-file: a command line is visible to every user in `ps`
+    #[arg(
+        long,
+        env = "ZK_AUTH",
+        hide_env_values = true,
+        value_name = "digest:USER:PASSWORD",
+        global = true,
+        help_heading = "Security options"
+    )]
+    pub auth: Option<String>,
+
+    /// Read `digest:USER:PASSWORD` from FILE (its first line); wins over --auth and ZK_AUTH
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        help_heading = "Security options"
+    )]
+    pub auth_file: Option<PathBuf>,
+
+    /// ACL of the nodes zkr creates: `open` (anyone may do anything), `creator` (only the
+    /// --auth user; other users can neither queue nor delete them)
+    #[arg(long, value_enum, value_name = "ACL", default_value_t = AclArg::Open, global = true, help_heading = "Security options")]
+    pub acl: AclArg,
+
+    /// Connect with TLS, trusting the CA certificates in FILE (PEM); --connect then names the
+    /// servers' secureClientPort
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        help_heading = "Security options"
+    )]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for servers that require one (with --tls-key)
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires_all = ["tls_key", "tls_ca"],
+        global = true,
+        help_heading = "Security options"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        global = true,
+        help_heading = "Security options"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Exit status when the lock is not acquired (--try found it busy, --timeout passed),
+    /// like flock -E
+    #[arg(long, value_name = "N", default_value_t = crate::EXIT_NOT_ACQUIRED as u8, global = true, help_heading = "Exit status options")]
+    pub conflict_exit_code: u8,
+
+    /// Exit status when the lock or leadership is lost while CMD runs
+    #[arg(long, value_name = "N", default_value_t = crate::EXIT_LOST as u8, global = true, help_heading = "Exit status options")]
+    pub lost_exit_code: u8,
+}
+
+/// `--acl`: the ACL of the nodes zkr creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AclArg {
+    /// world:anyone, all permissions
+    Open,
+    /// auth: all permissions for the authenticated creator only (needs --auth)
+    Creator,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -133,7 +217,8 @@ pub struct WaitArgs {
     #[arg(long = "try", id = "try_lock")]
     pub try_lock: bool,
 
-    /// When the lock is lost, how long CMD has between SIGTERM and SIGKILL
+    /// How long CMD has between SIGTERM (or the signal zkr got) and SIGKILL, whenever it is
+    /// stopped: the lock was lost, or zkr got SIGTERM, SIGINT, SIGHUP or SIGQUIT
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub grace: Duration,
 }
@@ -185,11 +270,12 @@ pub struct ElectArgs {
     /// The election path
     pub path: String,
 
-    /// This candidate's id, shown by `zkr leader` (and in ZK_LEADER_ID)
-    #[arg(long)]
+    /// This candidate's id, shown by `zkr leader` (and in ZK_LEADER_ID); not empty
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub id: String,
 
-    /// When leadership is lost, how long CMD has between SIGTERM and SIGKILL
+    /// How long CMD has between SIGTERM (or the signal zkr got) and SIGKILL, whenever it is
+    /// stopped: leadership was lost, or zkr got SIGTERM, SIGINT, SIGHUP or SIGQUIT
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub grace: Duration,
 
@@ -271,6 +357,43 @@ mod tests {
             panic!("not lock")
         };
         assert_eq!(args.cmd, ["sh", "-c", "echo --x"]);
+    }
+
+    #[test]
+    fn exit_codes_and_empty_ids() {
+        let cli = Cli::try_parse_from([
+            "zkr",
+            "lock",
+            "/a",
+            "--conflict-exit-code",
+            "0",
+            "--lost-exit-code",
+            "99",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.conflict_exit_code, 0);
+        assert_eq!(cli.global.lost_exit_code, 99);
+        let cli = Cli::try_parse_from(["zkr", "lock", "/a", "--", "true"]).unwrap();
+        assert_eq!(
+            (cli.global.conflict_exit_code, cli.global.lost_exit_code),
+            (75, 76)
+        );
+        let err =
+            Cli::try_parse_from(["zkr", "elect", "/a", "--id", "", "--", "true"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let err = Cli::try_parse_from([
+            "zkr",
+            "lock",
+            "/a",
+            "--conflict-exit-code",
+            "256",
+            "--",
+            "true",
+        ])
+        .unwrap_err();
+        assert_eq!(err.exit_code(), 2);
     }
 
     #[test]

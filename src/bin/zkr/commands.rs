@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use zk_recipes::{
     validate_path, Election, Error, ExclusiveLock, FairLock, LockGuard, NodeKind, RwLock,
-    Semaphore, Session,
+    Semaphore, Session, SessionBuilder,
 };
 
-use crate::cli::{Cli, Command, ElectArgs, Global, LockArgs, RwArgs, WaitArgs};
+use crate::cli::{AclArg, Cli, Command, ElectArgs, Global, LockArgs, RwArgs, WaitArgs};
 use crate::duration::human;
 use crate::run::{self, Held, RunSpec};
 use crate::show::{self, own_identity};
@@ -65,6 +65,202 @@ fn split_connect(raw: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// ZooKeeper's client port, when `--connect` names a host without one (as zkCli, Curator
+/// and kazoo do).
+pub const DEFAULT_PORT: u16 = 2181;
+
+/// Checks `host[:port][,host[:port]...]` (IPv6 as `[addr]:port`) and fills in port 2181.
+/// The error is the user's own words: which entry, and what is wrong with it.
+pub fn normalize_hosts(hosts: &str) -> Result<String, String> {
+    let form = "give host[:port][,host[:port]...][/chroot], e.g. zk1:2181,zk2:2181/app";
+    let mut out = Vec::new();
+    for entry in hosts.split(',') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            return Err(format!("{hosts:?} has an empty server entry: {form}"));
+        }
+        let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+            let (addr, after) = rest
+                .split_once(']')
+                .ok_or_else(|| format!("{entry:?} opens '[' but never closes it: {form}"))?;
+            match after {
+                "" => (format!("[{addr}]"), None),
+                _ => match after.strip_prefix(':') {
+                    Some(port) => (format!("[{addr}]"), Some(port)),
+                    None => return Err(format!("{entry:?}: expected ':port' after ']': {form}")),
+                },
+            }
+        } else {
+            match entry.split_once(':') {
+                Some((h, p)) if !p.contains(':') => (h.to_string(), Some(p)),
+                Some(_) => {
+                    return Err(format!(
+                        "{entry:?} has more than one ':' (write an IPv6 address as [addr]:port): {form}"
+                    ))
+                }
+                None => (entry.to_string(), None),
+            }
+        };
+        if host.is_empty() || host == "[]" {
+            return Err(format!("{entry:?} has no host name: {form}"));
+        }
+        if let Some(bad) = host.chars().find(|c| c.is_whitespace()) {
+            return Err(format!("{entry:?} has a {bad:?} in the host name: {form}"));
+        }
+        let port = match port {
+            None => DEFAULT_PORT,
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                format!("{entry:?}: {p:?} is not a port number (1-65535): {form}")
+            })?,
+        };
+        out.push(format!("{host}:{port}"));
+    }
+    Ok(out.join(","))
+}
+
+/// Parses `digest:USER:PASSWORD` (the password may contain ':'). `source` names where it
+/// came from, for the message.
+pub fn parse_auth(text: &str, source: &str) -> Result<(String, String), Fail> {
+    let text = text.trim_end_matches(['\n', '\r']);
+    let bad = |why: &str| {
+        Fail::usage(format!(
+            "{source}: {why}: give digest:USER:PASSWORD (ZooKeeper's digest scheme)"
+        ))
+    };
+    let (scheme, rest) = text.split_once(':').ok_or_else(|| bad("no scheme"))?;
+    if scheme != "digest" {
+        return Err(bad(&format!("unsupported scheme {scheme:?}")));
+    }
+    let (user, password) = rest
+        .split_once(':')
+        .ok_or_else(|| bad("no ':' between user and password"))?;
+    if user.is_empty() {
+        return Err(bad("the user is empty"));
+    }
+    Ok((user.to_string(), password.to_string()))
+}
+
+/// The credentials of `--auth`, `ZK_AUTH` or `--auth-file`.
+fn credentials(g: &Global) -> Result<Option<(String, String)>, Fail> {
+    if let Some(file) = &g.auth_file {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            Fail::usage(format!(
+                "--auth-file {}: cannot read it: {e}",
+                file.display()
+            ))
+        })?;
+        let line = text.lines().next().unwrap_or_default();
+        return parse_auth(line, &format!("--auth-file {}", file.display())).map(Some);
+    }
+    match &g.auth {
+        Some(text) if !text.is_empty() => parse_auth(text, "--auth (or ZK_AUTH)").map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// The ACL of the nodes zkr creates (`--acl`).
+pub fn acls(g: &Global) -> Result<Vec<zk_recipes::zk::Acl>, Fail> {
+    use zk_recipes::zk::Acls;
+    match g.acl {
+        AclArg::Open => Ok(Acls::anyone_all().to_vec()),
+        AclArg::Creator if g.auth.is_none() && g.auth_file.is_none() => Err(Fail::usage(
+            "--acl creator gives the nodes to the authenticated user: give --auth, ZK_AUTH or --auth-file too",
+        )),
+        AclArg::Creator => Ok(Acls::creator_all().to_vec()),
+    }
+}
+
+/// Applies `--tls-ca`, `--tls-cert`, `--tls-key`.
+#[cfg(feature = "tls")]
+fn with_tls(g: &Global, builder: SessionBuilder) -> Result<SessionBuilder, Fail> {
+    let Some(ca) = &g.tls_ca else {
+        return Ok(builder);
+    };
+    let read = |flag: &str, file: &std::path::Path| {
+        std::fs::read_to_string(file)
+            .map_err(|e| Fail::usage(format!("{flag} {}: cannot read it: {e}", file.display())))
+    };
+    let pem = read("--tls-ca", ca)?;
+    let mut options = zk_recipes::zk::TlsOptions::new()
+        .with_pem_ca(&pem)
+        .map_err(|e| {
+            Fail::usage(format!(
+                "--tls-ca {}: not a PEM certificate: {e}",
+                ca.display()
+            ))
+        })?;
+    if let (Some(cert), Some(key)) = (&g.tls_cert, &g.tls_key) {
+        let (cert_pem, key_pem) = (read("--tls-cert", cert)?, read("--tls-key", key)?);
+        options = options
+            .with_pem_identity(&cert_pem, &key_pem)
+            .map_err(|e| {
+                Fail::usage(format!(
+                    "--tls-cert {} / --tls-key {}: not a PEM certificate and its key: {e}",
+                    cert.display(),
+                    key.display()
+                ))
+            })?;
+    }
+    Ok(builder.with_tls(options))
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(g: &Global, builder: SessionBuilder) -> Result<SessionBuilder, Fail> {
+    if g.tls_ca.is_some() || g.tls_cert.is_some() {
+        return Err(Fail::usage(
+            "this zkr was built without TLS: build it with `cargo build --release --features tls`",
+        ));
+    }
+    Ok(builder)
+}
+
+/// Resolves every host. All failing is fatal (69, saying it is DNS); some failing is a
+/// warning.
+async fn resolve(hosts: &str) -> Result<Vec<std::net::SocketAddr>, Fail> {
+    let mut addrs = Vec::new();
+    let mut failures = Vec::new();
+    for entry in hosts.split(',') {
+        let lookup = tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host(entry));
+        match lookup.await {
+            Ok(Ok(found)) => addrs.extend(found),
+            Ok(Err(e)) => failures.push(format!("{entry}: {e}")),
+            Err(_) => failures.push(format!("{entry}: no DNS answer within 5s")),
+        }
+    }
+    if addrs.is_empty() {
+        return Err(Fail::new(
+            EXIT_UNREACHABLE,
+            format!(
+                "cannot resolve the ZooKeeper host name{} (DNS): {}",
+                if failures.len() > 1 { "s" } else { "" },
+                failures.join("; ")
+            ),
+        ));
+    }
+    for failure in failures {
+        eprintln!("zkr: warning: cannot resolve {failure} (DNS); trying the other servers");
+    }
+    Ok(addrs)
+}
+
+/// Why each address did not give a session, for the "unreachable" message.
+async fn diagnose(addrs: &[std::net::SocketAddr]) -> String {
+    let probes = addrs.iter().map(|addr| async move {
+        let connect = tokio::net::TcpStream::connect(addr);
+        match tokio::time::timeout(Duration::from_secs(1), connect).await {
+            Ok(Ok(_)) => format!(
+                "{addr} accepts connections but gave no session (a TLS port without --tls-ca, or a plain port with it?)"
+            ),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                format!("connection refused by {addr}")
+            }
+            Ok(Err(e)) => format!("{addr}: {e}"),
+            Err(_) => format!("no answer from {addr} within 1s"),
+        }
+    });
+    futures::future::join_all(probes).await.join("; ")
+}
+
 /// Connects, or fails with 2 (no address, bad options), 69 (unreachable) or 128+N (a signal).
 pub async fn connect(g: &Global, signals: &mut Signals) -> Result<Session, Fail> {
     let raw = g
@@ -74,10 +270,12 @@ pub async fn connect(g: &Global, signals: &mut Signals) -> Result<Session, Fail>
         .filter(|s| !s.is_empty())
         .ok_or_else(|| {
             Fail::usage(
-                "no ZooKeeper to connect to: give --connect HOST:PORT[,HOST:PORT...] or set ZK_CONNECT",
+                "no ZooKeeper to connect to: give --connect HOST[:PORT][,HOST[:PORT]...] or set ZK_CONNECT",
             )
         })?;
     let (hosts, chroot_suffix) = split_connect(raw);
+    let hosts = normalize_hosts(hosts)
+        .map_err(|e| Fail::usage(format!("bad --connect/ZK_CONNECT: {e}")))?;
     let chroot = match (chroot_suffix, g.chroot.as_deref()) {
         (Some(a), Some(b)) if a != b => {
             return Err(Fail::usage(format!(
@@ -87,38 +285,62 @@ pub async fn connect(g: &Global, signals: &mut Signals) -> Result<Session, Fail>
         (a, b) => a.or(b),
     };
     let connect_timeout = g.connect_timeout.unwrap_or(g.session_timeout);
-    let mut builder = Session::builder(hosts)
+    let mut builder = Session::builder(hosts.as_str())
         .with_session_timeout(g.session_timeout)
         .with_connect_timeout(connect_timeout)
         .with_loss_policy(g.loss_policy.to_loss_policy());
     if let Some(chroot) = chroot {
         builder = builder.with_chroot(chroot);
     }
-    // The library bounds connecting by the connect timeout; this bound is a safety net.
-    let bounded = tokio::time::timeout(connect_timeout + Duration::from_secs(2), builder.connect());
-    let result = tokio::select! {
-        r = bounded => r,
+    if let Some((user, password)) = credentials(g)? {
+        builder = builder.with_digest_auth(user, password);
+    }
+    acls(g)?;
+    builder = with_tls(g, builder)?;
+    let started = Instant::now();
+    let connecting = async {
+        let addrs = resolve(&hosts).await?;
+        // The library bounds connecting by the connect timeout; this bound is a safety net.
+        let bound = connect_timeout + Duration::from_secs(2);
+        match tokio::time::timeout(bound, builder.connect()).await {
+            Ok(Ok(session)) => Ok(session),
+            Err(_) | Ok(Err(Error::Unreachable { .. })) => Err(Fail::new(
+                EXIT_UNREACHABLE,
+                format!(
+                    "cannot reach ZooKeeper at {hosts} within {} ({}): check that it is running and the address is right (--connect, ZK_CONNECT, --connect-timeout)",
+                    human(started.elapsed().min(connect_timeout)),
+                    diagnose(&addrs).await
+                ),
+            )),
+            Ok(Err(Error::InvalidPath { path, reason })) => Err(Fail::usage(format!(
+                "bad chroot {path:?}: {reason} (--chroot, or the /suffix of --connect)"
+            ))),
+            Ok(Err(Error::ZooKeeper {
+                source: zk_recipes::zk::Error::AuthFailed,
+                ..
+            })) => Err(Fail::new(
+                EXIT_FAILURE,
+                "ZooKeeper refused the credentials of --auth (or ZK_AUTH, --auth-file)",
+            )),
+            Ok(Err(e)) => Err(Fail::from_error("cannot connect to ZooKeeper", e)),
+        }
+    };
+    let session = tokio::select! {
+        r = connecting => r?,
         sig = signals.recv_stop() => {
             return Err(Fail::new(128 + sig, format!("{} while connecting to ZooKeeper", signals::name(sig))))
         }
     };
-    let unreachable = || {
-        Fail::new(
-            EXIT_UNREACHABLE,
-            format!(
-                "cannot reach ZooKeeper at {hosts} within {}: check that it is running and the address is right (--connect, ZK_CONNECT, --connect-timeout)",
-                human(connect_timeout)
-            ),
-        )
-    };
-    match result {
-        Err(_) | Ok(Err(Error::Unreachable { .. })) => Err(unreachable()),
-        Ok(Ok(session)) => Ok(session),
-        Ok(Err(Error::InvalidPath { path, reason })) => Err(Fail::usage(format!(
-            "bad chroot {path:?}: {reason} (--chroot, or the /suffix of --connect)"
-        ))),
-        Ok(Err(e)) => Err(Fail::from_error("cannot connect to ZooKeeper", e)),
+    let granted = session.session_timeout();
+    if granted != g.session_timeout {
+        eprintln!(
+            "zkr: warning: ZooKeeper granted a session timeout of {} instead of the {} asked for (--session-timeout): zkr uses {} (its limits are minSessionTimeout..maxSessionTimeout, 2..20 ticks by default)",
+            human(granted),
+            human(g.session_timeout),
+            human(granted)
+        );
     }
+    Ok(session)
 }
 
 /// How an acquire waits.
@@ -195,7 +417,8 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
     let (future, progress): (BoxFuture<'_, zk_recipes::Result<LockGuard>>, Progress) = if a.simple {
         let lock = ExclusiveLock::new(session, path)
             .map_err(bad)?
-            .with_data(identity.into_bytes());
+            .with_data(identity.into_bytes())
+            .with_acls(&acls(g)?);
         let progress = Progress::simple(session, path, lock.clone());
         let future = acquire_future!(mode, lock, lock, try_lock, lock_timeout);
         (future, progress)
@@ -203,14 +426,16 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
         let permits = permits as usize;
         let sem = Semaphore::new(session, path, permits)
             .map_err(bad)?
-            .with_data(identity.into_bytes());
+            .with_data(identity.into_bytes())
+            .with_acls(&acls(g)?);
         let progress = Progress::queue(session, path, LEASE_KINDS, Some(permits));
         let future = acquire_future!(mode, sem, acquire, try_acquire, acquire_timeout);
         (future, progress)
     } else {
         let mut lock = FairLock::new(session, path)
             .map_err(bad)?
-            .with_data(identity.into_bytes());
+            .with_data(identity.into_bytes())
+            .with_acls(&acls(g)?);
         if let Some(layout) = a.layout {
             lock = lock.with_layout(layout.to_layout());
         }
@@ -225,7 +450,7 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
         path: path.to_string(),
         cmd: a.cmd.clone(),
         grace: a.wait.grace,
-        session_timeout: g.session_timeout,
+        session: session.clone(),
         acquired_at: Instant::now(),
         env: Vec::new(),
     };
@@ -243,7 +468,8 @@ async fn rw(
     let path = a.path.as_str();
     let mut lock = RwLock::new(session, path)
         .map_err(|e| Fail::from_error("", e))?
-        .with_data(own_identity().into_bytes());
+        .with_data(own_identity().into_bytes())
+        .with_acls(&acls(g)?);
     if let Some(layout) = a.layout {
         lock = lock.with_layout(layout.to_layout());
     }
@@ -264,7 +490,7 @@ async fn rw(
         path: path.to_string(),
         cmd: a.cmd.clone(),
         grace: a.wait.grace,
-        session_timeout: g.session_timeout,
+        session: session.clone(),
         acquired_at: Instant::now(),
         env: Vec::new(),
     };
@@ -274,8 +500,9 @@ async fn rw(
 /// `zkr elect PATH --id ID -- CMD`.
 async fn elect(session: &Session, g: &Global, a: &ElectArgs, signals: &mut Signals) -> Outcome {
     let path = a.path.as_str();
-    let election =
-        Election::new(session, path, a.id.clone()).map_err(|e| Fail::from_error("", e))?;
+    let election = Election::new(session, path, a.id.clone())
+        .map_err(|e| Fail::from_error("", e))?
+        .with_acls(&acls(g)?);
     let progress = Progress::election(session, path);
     let future = Box::pin(async move { election.campaign().await });
     let result = wait::acquire(future, &progress, signals, false).await;
@@ -284,7 +511,7 @@ async fn elect(session: &Session, g: &Global, a: &ElectArgs, signals: &mut Signa
         path: path.to_string(),
         cmd: a.cmd.clone(),
         grace: a.grace,
-        session_timeout: g.session_timeout,
+        session: session.clone(),
         acquired_at: Instant::now(),
         env: vec![("ZK_LEADER_ID".to_string(), a.id.clone())],
     };
@@ -296,5 +523,60 @@ async fn busy_note<G>(result: &Result<zk_recipes::Result<G>, i32>, progress: &Pr
     match result {
         Ok(Err(Error::WouldBlock | Error::Timeout)) => progress.holder_note().await,
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_without_a_port_get_2181() {
+        assert_eq!(normalize_hosts("zk1").unwrap(), "zk1:2181");
+        assert_eq!(
+            normalize_hosts("zk1, zk2:2182,[::1],[::1]:3000").unwrap(),
+            "zk1:2181,zk2:2182,[::1]:2181,[::1]:3000"
+        );
+    }
+
+    #[test]
+    fn malformed_hosts_are_named() {
+        for (bad, says) in [
+            ("zk1:x", "\"x\" is not a port"),
+            ("zk1:0", "is not a port"),
+            ("zk1:70000", "is not a port"),
+            ("zk1,,zk2", "empty server entry"),
+            (":2181", "no host name"),
+            ("::1", "more than one ':'"),
+            ("[::1", "never closes"),
+            ("a b:1", "in the host name"),
+        ] {
+            let err = normalize_hosts(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: expected {says:?} in {err:?}");
+            assert!(!err.contains("with_"), "{bad}: a library name in {err:?}");
+        }
+    }
+
+    #[test]
+    fn auth_is_digest_user_password() {
+        assert_eq!(
+            parse_auth("digest:alice:s:e:cret\n", "t").unwrap(),
+            ("alice".to_string(), "s:e:cret".to_string())
+        );
+        for bad in [
+            "alice:secret",
+            "sasl:alice:pw",
+            "digest::pw",
+            "digest:alice",
+            "",
+        ] {
+            let fail = parse_auth(bad, "--auth").unwrap_err();
+            assert_eq!(fail.code, crate::EXIT_USAGE, "{bad}");
+            assert!(
+                fail.message.contains("digest:USER:PASSWORD"),
+                "{bad}: {}",
+                fail.message
+            );
+        }
     }
 }

@@ -28,6 +28,17 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
 }
 
+/// Parses a timeout: a duration from 100ms to 1h (the range the session accepts).
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let d = parse(text)?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(3600) {
+        return Err(format!(
+            "{text:?} is out of range: give a timeout from 100ms to 1h, like 10s"
+        ));
+    }
+    Ok(d)
+}
+
 /// A short human form: `850ms`, `4.2s`, `12s`, `3m04s`, `1h02m`.
 pub fn human(d: Duration) -> String {
     let ms = d.as_millis();
@@ -64,6 +75,15 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(parse("10").unwrap_err().contains("no unit"));
+    }
+
+    #[test]
+    fn timeouts_are_in_range() {
+        assert_eq!(parse_timeout("2s"), Ok(Duration::from_secs(2)));
+        for bad in ["0s", "0ms", "99ms", "2h"] {
+            let err = parse_timeout(bad).unwrap_err();
+            assert!(err.contains("out of range"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -9,15 +9,18 @@
 //! # Exit status
 //!
 //! CMD's own status when it ran to the end under the lock (128+N if signal N ended it); 75
-//! when the lock was not acquired (`--try` found it busy, `--timeout` passed); 76 when the
-//! lock or leadership was lost while CMD ran; 69 when ZooKeeper cannot be reached within the
-//! connect timeout; 2 for usage errors; 1 for anything else. A message on stderr says which.
+//! (`--conflict-exit-code`) when the lock was not acquired (`--try` found it busy,
+//! `--timeout` passed); 76 (`--lost-exit-code`) when the lock or leadership was lost while
+//! CMD ran; 69 when ZooKeeper cannot be reached within the connect timeout; 2 for usage
+//! errors; 1 for anything else. A message on stderr says which.
 //!
 //! # Modules
 //!
 //! * [`cli`]: the argument grammar (clap).
 //! * [`run`]: runs CMD in its own process group under a held lock and supervises it: loss,
 //!   pauses of `zkr` itself, signals.
+//! * [`supervise`]: the process between `zkr` and CMD (`zkr __supervise`): CMD never
+//!   outlives `zkr`, and gets the terminal when `zkr` has it.
 //! * [`wait`]: acquiring with progress on stderr.
 //! * [`show`]: `holders` and `leader`, and the queue roles both use.
 //! * [`server`]: `zkr server`, a private ZooKeeper through the test harness.
@@ -29,6 +32,7 @@ mod run;
 mod server;
 mod show;
 mod signals;
+mod supervise;
 mod wait;
 
 use clap::Parser;
@@ -66,7 +70,8 @@ impl Fail {
         Fail::new(EXIT_USAGE, message)
     }
 
-    /// Maps a library error to the documented status.
+    /// Maps a library error to the documented status, in zkr's words where the library's
+    /// would name its own API.
     pub fn from_error(context: &str, err: zk_recipes::Error) -> Fail {
         use zk_recipes::Error as E;
         let code = match &err {
@@ -76,10 +81,23 @@ impl Fail {
             E::LockLost(_) => EXIT_LOST,
             _ => EXIT_FAILURE,
         };
+        let text = match &err {
+            E::NoAuth { path } => format!(
+                "no permission for {path}: its ACL does not let this session in; give --auth digest:USER:PASSWORD (or ZK_AUTH, --auth-file) of a user it allows"
+            ),
+            E::ZooKeeper {
+                source: zk_recipes::zk::Error::NoAuth,
+                path,
+                ..
+            } => format!(
+                "no permission for {path}: its ACL does not let this session in; give --auth digest:USER:PASSWORD (or ZK_AUTH, --auth-file) of a user it allows"
+            ),
+            _ => err.to_string(),
+        };
         if context.is_empty() {
-            Fail::new(code, err.to_string())
+            Fail::new(code, text)
         } else {
-            Fail::new(code, format!("{context}: {err}"))
+            Fail::new(code, format!("{context}: {text}"))
         }
     }
 }
@@ -87,18 +105,42 @@ impl Fail {
 /// What a command ends with: an exit status, or a failure with a message.
 pub type Outcome = Result<i32, Fail>;
 
+/// Whether stderr is a terminal (colours, the live waiting line).
+pub fn stderr_is_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// The log filter when neither ZKR_LOG nor RUST_LOG is set: warnings (a reconnect, a
+/// suspended or expired session), without the ZooKeeper client's own retry chatter.
+const DEFAULT_LOG: &str = "warn,zookeeper_client=error";
+
+/// Logs to stderr: ZKR_LOG if set, else RUST_LOG, else [`DEFAULT_LOG`]; colours only on a
+/// terminal.
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("ZKR_LOG").unwrap_or_else(|_| EnvFilter::new("error"));
+    let filter = ["ZKR_LOG", "RUST_LOG"]
+        .iter()
+        .filter_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+        .find_map(|spec| EnvFilter::try_new(spec).ok())
+        .unwrap_or_else(|| EnvFilter::new(DEFAULT_LOG));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(stderr_is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
 }
 
 fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == supervise::SUBCOMMAND) {
+        supervise::main(&args[2..]);
+    }
     let cli = Cli::parse();
     init_tracing();
+    let (conflict_code, lost_code) = (
+        i32::from(cli.global.conflict_exit_code),
+        i32::from(cli.global.lost_exit_code),
+    );
     let outcome = match cli.command {
         Command::Server(ref args) => server::run(args),
         _ => {
@@ -123,7 +165,12 @@ fn main() {
         Ok(code) => code,
         Err(fail) => {
             eprintln!("zkr: {}", fail.message);
-            fail.code
+            // Only zkr's own statuses: CMD's are passed on as they are.
+            match fail.code {
+                EXIT_NOT_ACQUIRED => conflict_code,
+                EXIT_LOST => lost_code,
+                code => code,
+            }
         }
     };
     std::process::exit(code);

@@ -1,27 +1,33 @@
 //! Running CMD under a held lock, and stopping it the moment the lock is lost.
 //!
-//! CMD runs in its own process group, so that a loss can stop everything it started. The
-//! supervising loop waits on, in this order of priority:
+//! CMD runs in its own process group under a supervising process ([`crate::supervise`]) that
+//! kills the group if `zkr` dies, hands CMD the terminal, and carries out stops. The loop
+//! here waits on, in this order of priority:
 //!
 //! 1. a 100 ms tick comparing `Instant::now()` with the previous tick: a gap longer than 85%
-//!    of the session timeout means `zkr` itself was paused (SIGSTOP, a frozen VM) for long
-//!    enough that the server may have expired the session and handed the lock to someone else
-//!    while CMD kept running. CMD is stopped before anything else is looked at;
+//!    of the session timeout the server granted means `zkr` itself was paused (SIGSTOP, a
+//!    frozen VM, Ctrl-Z) for long enough that the server may have expired the session and
+//!    handed the lock to someone else while CMD kept running. CMD is stopped before anything
+//!    else is looked at;
 //! 2. the guard's loss signal (session expired, the loss policy gave up on the connection, or
 //!    the node was deleted);
-//! 3. signals to `zkr`, passed on to CMD's process group;
-//! 4. CMD's exit, accepted as "ran to the end under the lock" only after checks 1 and 2 pass
-//!    again at that moment.
+//! 3. signals to `zkr`: SIGTERM, SIGINT, SIGHUP and SIGQUIT stop CMD (that signal to its
+//!    group, SIGKILL after `--grace`); SIGUSR1 and SIGUSR2 are passed on; SIGCONT (`fg`
+//!    after Ctrl-Z) continues CMD;
+//! 4. session state changes, logged as warnings;
+//! 5. CMD's exit (reported by the supervisor once nothing CMD started runs any more),
+//!    accepted as "ran to the end under the lock" only after checks 1 and 2 pass again at
+//!    that moment.
 //!
-//! On a loss: SIGTERM to the group at once, SIGKILL after `--grace`, exit 76.
+//! On a loss: SIGTERM to the group at once, SIGKILL after `--grace`, exit 76 (or
+//! `--lost-exit-code`).
 
 use std::ffi::OsString;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::ExitStatus;
+use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
-use zk_recipes::{Leadership, LockGuard, ReadGuard, WriteGuard};
+use zk_recipes::{Leadership, LockGuard, ReadGuard, Session, SessionEvent, WriteGuard};
 
 use crate::duration::human;
 use crate::signals::{self, Signals};
@@ -101,9 +107,10 @@ pub struct RunSpec {
     /// The lock path as given (ZK_LOCK_PATH).
     pub path: String,
     pub cmd: Vec<OsString>,
-    /// SIGTERM-to-SIGKILL delay on loss.
+    /// SIGTERM-to-SIGKILL delay of every stop: a loss, or a signal to zkr.
     pub grace: Duration,
-    pub session_timeout: Duration,
+    /// The session: its granted timeout (which the pause check uses), its state changes.
+    pub session: Session,
     /// When the lock was acquired (a pause before CMD starts counts too).
     pub acquired_at: Instant,
     /// Extra environment for CMD.
@@ -116,28 +123,184 @@ enum Loss {
     Lost(String),
 }
 
-/// The exit status `zkr` passes on for CMD's `status`: its code, or 128+N for signal N.
-pub fn exit_code(status: ExitStatus) -> i32 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        (None, None) => crate::EXIT_FAILURE,
-    }
-}
-
 /// A pause is a gap between ticks longer than this.
 fn pause_threshold(session_timeout: Duration) -> Duration {
     session_timeout * 85 / 100
 }
 
+/// Whether `sig` is one that stops CMD (with the grace period) rather than one passed on.
+fn is_stop(sig: i32) -> bool {
+    matches!(
+        sig,
+        libc::SIGTERM | libc::SIGINT | libc::SIGHUP | libc::SIGQUIT
+    )
+}
+
+/// What the supervisor reports (see [`crate::supervise`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Report {
+    Pid(i32),
+    Error(i32, String),
+    Killed,
+    Exit(i32),
+    /// The report pipe closed: the supervisor has exited.
+    Gone,
+}
+
+fn parse_report(line: &str) -> Option<Report> {
+    let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
+    match verb {
+        "pid" => rest.parse().ok().map(Report::Pid),
+        "exit" => rest.parse().ok().map(Report::Exit),
+        "killed" => Some(Report::Killed),
+        "error" => {
+            let (code, message) = rest.split_once(' ')?;
+            Some(Report::Error(code.parse().ok()?, message.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// CMD under its supervising process (`zkr __supervise`, see [`crate::supervise`]).
+struct Supervised {
+    process: tokio::process::Child,
+    ctl: Option<std::fs::File>,
+    report: tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>>,
+    /// CMD's pid, which is also its process group.
+    pgid: i32,
+}
+
+impl Supervised {
+    /// Starts the supervisor, which starts CMD; returns once CMD runs (or could not start).
+    async fn start(spec: &RunSpec, held: &Held) -> Result<Supervised, Fail> {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+        use std::os::fd::AsRawFd;
+        use tokio::io::AsyncBufReadExt;
+
+        let fail = |e: &dyn std::fmt::Display| {
+            Fail::new(
+                crate::EXIT_FAILURE,
+                format!("cannot start CMD's supervising process: {e}"),
+            )
+        };
+        let (ctl_r, ctl_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail(&e))?;
+        let (rep_r, rep_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail(&e))?;
+        let (ctl_fd, rep_fd) = (ctl_r.as_raw_fd(), rep_w.as_raw_fd());
+        let mut command = std::process::Command::new("/proc/self/exe");
+        command
+            .arg0("zkr")
+            .arg(crate::supervise::SUBCOMMAND)
+            .arg(std::process::id().to_string())
+            .arg(ctl_fd.to_string())
+            .arg(rep_fd.to_string())
+            .arg(spec.grace.as_millis().to_string())
+            .arg("--")
+            .args(&spec.cmd)
+            .env("ZK_LOCK_PATH", &spec.path)
+            .env("ZK_LOCK_NODE", held.node())
+            .env("ZK_FENCING_TOKEN", held.fencing_token().to_string())
+            .env("ZK_SESSION_ID", format!("{:#x}", held.session_id()))
+            .envs(spec.env.iter().map(|(k, v)| (k, v)));
+        // SAFETY: only fcntl, which is async-signal-safe, runs between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                for fd in [ctl_fd, rep_fd] {
+                    let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
+                }
+                Ok(())
+            });
+        }
+        let process = tokio::process::Command::from(command)
+            .spawn()
+            .map_err(|e| fail(&e))?;
+        // Our copies of the supervisor's ends: closed, so that either side sees the other go.
+        drop((ctl_r, rep_w));
+        let receiver =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(rep_r).map_err(|e| fail(&e))?;
+        let mut sup = Supervised {
+            process,
+            ctl: Some(std::fs::File::from(ctl_w)),
+            report: tokio::io::BufReader::new(receiver).lines(),
+            pgid: 0,
+        };
+        match sup.next().await {
+            Report::Pid(pid) => {
+                sup.pgid = pid;
+                Ok(sup)
+            }
+            Report::Error(code, message) => {
+                let _ = sup.process.wait().await;
+                Err(Fail::new(code, message))
+            }
+            other => {
+                let _ = sup.process.wait().await;
+                Err(fail(&format!("it reported {other:?}")))
+            }
+        }
+    }
+
+    /// The next report. Cancel safe.
+    async fn next(&mut self) -> Report {
+        loop {
+            match self.report.next_line().await {
+                Ok(Some(line)) => {
+                    if let Some(report) = parse_report(&line) {
+                        return report;
+                    }
+                }
+                Ok(None) | Err(_) => return Report::Gone,
+            }
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        if let Some(ctl) = &mut self.ctl {
+            if writeln!(ctl, "{line}").is_err() {
+                self.ctl = None;
+            }
+        }
+    }
+
+    /// Stops CMD: `sig` to its group, SIGKILL after the grace (the supervisor's clock).
+    fn stop(&mut self, sig: i32) {
+        self.send(&format!("stop {sig}"));
+    }
+
+    /// Waits for CMD's status until the supervisor exits. `None` if the supervisor died
+    /// without one (CMD's group is then SIGKILLed from here).
+    async fn finish(&mut self, grace: Duration) -> Option<i32> {
+        let mut status = None;
+        loop {
+            match self.next().await {
+                Report::Exit(code) => status = Some(code),
+                Report::Killed => eprintln!(
+                    "zkr: CMD still ran {} after it was told to stop: sent SIGKILL",
+                    human(grace)
+                ),
+                Report::Gone => break,
+                Report::Pid(_) | Report::Error(..) => {}
+            }
+        }
+        if status.is_none() {
+            signals::kill_group(self.pgid, libc::SIGKILL);
+        }
+        let _ = self.process.wait().await;
+        status
+    }
+}
+
 /// Runs CMD under `held` until it exits (its status) or `held` is lost (76).
 pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
-    let threshold = pause_threshold(spec.session_timeout);
+    let session = spec.session.clone();
+    let threshold = || pause_threshold(session.session_timeout());
     let what = held.what();
     let path = &spec.path;
+    let release_within = session.session_timeout();
     // Kill first, ask questions later: also before CMD starts.
     let since = spec.acquired_at.elapsed();
-    if since > threshold || held.is_lost() {
+    if since > threshold() || held.is_lost() {
         let why = if held.is_lost() {
             held.loss_reason()
         } else {
@@ -149,52 +312,52 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
         ));
     }
 
-    let mut command = std::process::Command::new(&spec.cmd[0]);
-    command
-        .args(&spec.cmd[1..])
-        .env("ZK_LOCK_PATH", path)
-        .env("ZK_LOCK_NODE", held.node())
-        .env("ZK_FENCING_TOKEN", held.fencing_token().to_string())
-        .env("ZK_SESSION_ID", format!("{:#x}", held.session_id()))
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .process_group(0);
-    let mut child = match tokio::process::Command::from(command).spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let program = spec.cmd[0].to_string_lossy().into_owned();
-            let _ = tokio::time::timeout(spec.session_timeout, held.release()).await;
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            return Err(Fail::new(code, format!("cannot run {program:?}: {e}")));
+    let mut events = session.subscribe();
+    let mut cont =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(libc::SIGCONT))
+            .map_err(|e| {
+                Fail::new(
+                    crate::EXIT_FAILURE,
+                    format!("cannot install signal handlers: {e}"),
+                )
+            })?;
+    // The clock check covers starting CMD too: a zkr stopped while the supervisor reports
+    // CMD's pid finds the gap on its first look.
+    let mut last_tick = Instant::now();
+    let mut cmd = match Supervised::start(&spec, &held).await {
+        Ok(cmd) => cmd,
+        Err(fail) => {
+            let _ = tokio::time::timeout(release_within, held.release()).await;
+            return Err(fail);
         }
     };
-    let pgid = child.id().map_or(0, |id| id as i32);
 
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut last_tick = Instant::now();
     let paused = |last_tick: &mut Instant| -> Option<Duration> {
         let now = Instant::now();
         let gap = now.saturating_duration_since(*last_tick);
         *last_tick = now;
-        (gap > threshold).then_some(gap)
+        (gap > threshold()).then_some(gap)
     };
     enum Event {
         Tick,
         Lost,
         Signal(i32),
-        Exited(std::io::Result<ExitStatus>),
+        Continued,
+        Session(Option<SessionEvent>),
+        Report(Report),
     }
+    let mut stopping = false;
     let loss = loop {
         let event = tokio::select! {
             biased;
             _ = tick.tick() => Event::Tick,
             _ = held.lost() => Event::Lost,
             sig = signals.recv() => Event::Signal(sig),
-            status = child.wait() => Event::Exited(status),
+            _ = cont.recv() => Event::Continued,
+            e = events.recv() => Event::Session(e.ok()),
+            report = cmd.next() => Event::Report(report),
         };
         // Whatever woke us, look at the clock first: after a pause the timer that should
         // have fired first may not have been processed yet.
@@ -204,46 +367,77 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
         match event {
             Event::Tick => {}
             Event::Lost => break Loss::Lost(held.loss_reason()),
+            Event::Continued => cmd.send("cont"),
+            Event::Session(Some(SessionEvent::Suspended { .. })) => tracing::warn!(
+                "the connection to ZooKeeper dropped while CMD runs; {what} on {path} holds while the session may still live"
+            ),
+            Event::Session(Some(SessionEvent::Reconnected { .. })) => {
+                tracing::warn!("reconnected to ZooKeeper, same session: {what} on {path} is kept")
+            }
+            Event::Session(_) => {}
+            Event::Signal(sig) if is_stop(sig) => {
+                if !stopping {
+                    eprintln!(
+                        "zkr: passing {} on to CMD; SIGKILL in {} if it has not exited",
+                        signals::name(sig),
+                        human(spec.grace)
+                    );
+                }
+                stopping = true;
+                cmd.stop(sig);
+            }
             Event::Signal(sig) => {
                 eprintln!("zkr: passing {} on to CMD", signals::name(sig));
-                signals::kill_group(pgid, sig);
+                cmd.send(&format!("signal {sig}"));
             }
-            Event::Exited(status) => {
+            Event::Report(Report::Killed) => eprintln!(
+                "zkr: CMD still ran {} after it was told to stop: sent SIGKILL",
+                human(spec.grace)
+            ),
+            Event::Report(Report::Pid(_) | Report::Error(..)) => {}
+            Event::Report(report) => {
+                // CMD ended (or its supervisor died).
+                let status = match report {
+                    Report::Exit(code) => {
+                        let _ = cmd.process.wait().await;
+                        Some(code)
+                    }
+                    _ => cmd.finish(spec.grace).await,
+                };
                 // CMD ended under the lock only if nothing was lost by now either.
+                if let Some(gap) = paused(&mut last_tick) {
+                    break Loss::Paused(gap);
+                }
                 if held.is_lost() {
                     break Loss::Lost(held.loss_reason());
                 }
-                let status = match status {
-                    Ok(status) => status,
-                    Err(e) => {
-                        signals::kill_group(pgid, libc::SIGKILL);
-                        let _ = tokio::time::timeout(spec.session_timeout, held.release()).await;
-                        return Err(Fail::new(
-                            crate::EXIT_FAILURE,
-                            format!("cannot wait for CMD: {e}"),
-                        ));
-                    }
+                let Some(status) = status else {
+                    let _ = tokio::time::timeout(release_within, held.release()).await;
+                    return Err(Fail::new(
+                        crate::EXIT_FAILURE,
+                        "CMD's supervising process died; CMD's process group was killed",
+                    ));
                 };
-                match tokio::time::timeout(spec.session_timeout, held.release()).await {
+                match tokio::time::timeout(release_within, held.release()).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => eprintln!("zkr: CMD finished, but releasing {path} failed: {e}"),
                     Err(_) => eprintln!(
                         "zkr: CMD finished, but releasing {path} did not finish within {}; the node goes with the session",
-                        human(spec.session_timeout)
+                        human(release_within)
                     ),
                 }
-                return Ok(exit_code(status));
+                return Ok(status);
             }
         }
     };
 
     // Lost: stop CMD before anything else.
-    signals::kill_group(pgid, libc::SIGTERM);
+    cmd.stop(libc::SIGTERM);
     let why = match &loss {
         Loss::Paused(gap) => format!(
             "zkr was paused for {}, longer than 85% of the session timeout ({}): another process may hold it now",
             human(*gap),
-            human(spec.session_timeout)
+            human(session.session_timeout())
         ),
         Loss::Lost(reason) => reason.clone(),
     };
@@ -251,21 +445,19 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
         "zkr: lost {what} on {path} while CMD ran ({why}): sent SIGTERM to CMD, SIGKILL in {}",
         human(spec.grace)
     );
-    let status = match tokio::time::timeout(spec.grace, child.wait()).await {
-        Ok(status) => status.ok(),
+    let bound = spec.grace + Duration::from_secs(5);
+    let status = match tokio::time::timeout(bound, cmd.finish(spec.grace)).await {
+        Ok(status) => status,
         Err(_) => {
-            signals::kill_group(pgid, libc::SIGKILL);
-            eprintln!(
-                "zkr: CMD still ran {} after SIGTERM: sent SIGKILL",
-                human(spec.grace)
-            );
-            child.wait().await.ok()
+            signals::kill_group(cmd.pgid, libc::SIGKILL);
+            let _ = cmd.process.start_kill();
+            None
         }
     };
     drop(held);
     let ended = status.map_or_else(
         || "CMD ended".to_string(),
-        |s| format!("CMD ended with status {}", exit_code(s)),
+        |s| format!("CMD ended with status {s}"),
     );
     Err(Fail::new(
         EXIT_LOST,
@@ -278,11 +470,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exit_codes_follow_the_shell() {
-        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
-        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGTERM)), 143);
-        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    fn reports_parse() {
+        assert_eq!(parse_report("pid 42"), Some(Report::Pid(42)));
+        assert_eq!(parse_report("exit 143"), Some(Report::Exit(143)));
+        assert_eq!(parse_report("killed"), Some(Report::Killed));
+        assert_eq!(
+            parse_report("error 127 cannot run \"x\": gone"),
+            Some(Report::Error(127, "cannot run \"x\": gone".into()))
+        );
+        assert_eq!(parse_report("what"), None);
     }
 
     #[test]

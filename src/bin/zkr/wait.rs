@@ -2,8 +2,10 @@
 //!
 //! On a terminal a live line, redrawn every second:
 //! `zkr: waiting for /jobs/nightly: 3 ahead, held by web-1:4242 for 12s`. Otherwise (a cron
-//! log, a pipe) one line when the wait starts and one when the lock is acquired. A lock that is
-//! free is acquired before the first look at the queue (50 ms), so it prints nothing.
+//! log, a pipe) one line when the wait starts, one more whenever our place or the holder
+//! changes (looked at every second, printed at most every [`REPRINT_GAP`]), and one when the
+//! lock is acquired. A lock that is free is acquired before the first look at the queue
+//! (50 ms), so it prints nothing.
 
 use std::future::Future;
 use std::io::Write;
@@ -15,6 +17,7 @@ use zk_recipes::{Contender, ExclusiveLock, NodeKind, Session};
 use crate::duration::human;
 use crate::show::{held_by, roles, Role};
 use crate::signals::Signals;
+use crate::stderr_is_terminal;
 
 /// How a wait is described: which queue, and how to find our place in it.
 pub struct Progress {
@@ -40,6 +43,8 @@ struct Snapshot {
     /// True while someone else holds what we wait for.
     blocked: bool,
     line: String,
+    /// What a non-terminal reprints on: our place and who holds (not for how long).
+    key: String,
 }
 
 impl Progress {
@@ -133,8 +138,10 @@ impl Progress {
             .map(|(c, _)| c)
             .collect();
         let held = held_by(&holders, self.verb());
+        let holder_ids: Vec<i64> = holders.iter().map(|c| c.czxid).collect();
         if let Queue::Simple(_) = self.what {
             return Some(Snapshot {
+                key: format!("{holder_ids:?}"),
                 blocked: held.is_some(),
                 line: format!(
                     "waiting for {}: {}",
@@ -156,16 +163,15 @@ impl Progress {
         Some(Snapshot {
             blocked: roles[mine] != Role::Holder,
             line,
+            key: format!("{mine} {holder_ids:?}"),
         })
     }
 }
 
-fn stderr_is_terminal() -> bool {
-    // SAFETY: isatty has no memory preconditions.
-    unsafe { libc::isatty(2) == 1 }
-}
-
 const CLEAR_LINE: &str = "\r\x1b[2K";
+
+/// On a non-terminal: the least time between two waiting lines.
+pub const REPRINT_GAP: Duration = Duration::from_secs(3);
 
 /// Awaits `acquire` while reporting progress (unless `quiet`). `Err(signal)` if a stopping
 /// signal came first (the acquire is dropped, which removes our node in the background).
@@ -180,6 +186,8 @@ pub async fn acquire<T>(
     let mut acquire = pin!(acquire);
     let mut announced = false;
     let mut live = false;
+    // Non-terminal: the key of the last line printed, and when.
+    let mut printed: Option<(String, Instant)> = None;
     let mut next = (!quiet).then(|| Instant::now() + Duration::from_millis(50));
     loop {
         let look = async {
@@ -219,8 +227,14 @@ pub async fn acquire<T>(
                             live = true;
                             next = Some(Instant::now() + Duration::from_secs(1));
                         } else {
-                            eprintln!("zkr: {}", s.line);
-                            next = None;
+                            let due = printed.as_ref().map_or(true, |(key, at)| {
+                                *key != s.key && at.elapsed() >= REPRINT_GAP
+                            });
+                            if due {
+                                eprintln!("zkr: {}", s.line);
+                                printed = Some((s.key, Instant::now()));
+                            }
+                            next = Some(Instant::now() + Duration::from_secs(1));
                         }
                         announced = true;
                     }
