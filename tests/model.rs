@@ -6,6 +6,7 @@
 //! * `cargo test --all-features --test model` runs the default count of schedules (seeds
 //!   `1..=DEFAULT_SCHEDULES`), several at a time on distinct paths, on one ZooKeeper server for
 //!   the whole binary (tickTime 200 ms, sessions of 1.5 s, so expiry is quick).
+//! * `ZKR_MODEL_CONCURRENCY=N` runs N schedules at a time (default 10).
 //! * `ZKR_MODEL_SCHEDULES=N` runs seeds `1..=N` (a soak); `ZKR_MODEL_FIRST_SEED=S` starts the
 //!   range at `S` instead of 1.
 //! * `ZKR_MODEL_SEED=N` replays exactly the schedule of seed `N` and prints its trace;
@@ -1313,7 +1314,9 @@ async fn run_seeds(seeds: Vec<u64>) -> Vec<Outcome> {
     let mut ran = 0usize;
     let mut stream =
         futures::stream::iter(seeds.into_iter().map(|s| tokio::spawn(run_schedule(s))))
-            .buffer_unordered(CONCURRENCY);
+            .buffer_unordered(
+                env_u64("ZKR_MODEL_CONCURRENCY").map_or(CONCURRENCY, |n| n.max(1) as usize),
+            );
     while let Some(outcome) = stream.next().await {
         let outcome = outcome.expect("a schedule panicked");
         ran += 1;
