@@ -2088,3 +2088,47 @@ fn tls_options_without_the_tls_feature_are_a_usage_error() {
         out.stderr
     );
 }
+
+/// One path, one kind: beside two `--permits 2` holders, a `--permits 3` lock, a plain lock, a
+/// reader and an election are refused at once with exit 2 and a message naming what holds the
+/// path; nothing of theirs runs and the holders carry on.
+#[test]
+fn a_path_held_by_another_kind_is_refused_with_exit_2() {
+    let path = format!("{}/slots", unique_root("zkr-kind"));
+    let (_dir, log) = log_file();
+    let mut holders: Vec<Proc> = (0..2)
+        .map(|i| {
+            Proc::spawn(
+                &format!("holder {i}"),
+                zkr(
+                    &direct(),
+                    &["lock", "--permits", "2", &path, "--", "sleep", "30"],
+                ),
+            )
+        })
+        .collect();
+    wait_for_children(&path, 2, Duration::from_secs(20));
+    let ran = format!("echo ran >> {}", sh_quote(&log.to_string_lossy()));
+    for (what, args) in [
+        ("--permits 3", vec!["lock", "--permits", "3"]),
+        ("a plain lock", vec!["lock"]),
+        ("a reader", vec!["read"]),
+        ("an election", vec!["elect", "--id", "x"]),
+    ] {
+        let mut a: Vec<&str> = args.clone();
+        a.extend([path.as_str(), "--", "sh", "-c", ran.as_str()]);
+        let done = run(what, zkr(&direct(), &a), Duration::from_secs(20));
+        assert_eq!(done.code, 2, "{what}: stderr:\n{}", done.stderr);
+        assert!(
+            done.stderr.contains("in use by") && done.stderr.contains("semaphore"),
+            "{what}: the message should name what holds the path:\n{}",
+            done.stderr
+        );
+        assert!(done.took < Duration::from_secs(10), "{what} waited");
+    }
+    assert!(read_lines(&log).is_empty(), "a refused CMD ran");
+    assert_eq!(children(&path).len(), 2, "{:?}", children(&path));
+    for h in &mut holders {
+        assert!(h.try_status().is_none(), "a holder stopped: {}", h.stderr());
+    }
+}

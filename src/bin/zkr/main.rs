@@ -75,7 +75,10 @@ impl Fail {
     pub fn from_error(context: &str, err: zk_recipes::Error) -> Fail {
         use zk_recipes::Error as E;
         let code = match &err {
-            E::InvalidPath { .. } | E::InvalidArgument(_) | E::Unsupported(_) => EXIT_USAGE,
+            E::InvalidPath { .. }
+            | E::InvalidArgument(_)
+            | E::Unsupported(_)
+            | E::PathInUse { .. } => EXIT_USAGE,
             E::Unreachable { .. } => EXIT_UNREACHABLE,
             E::Timeout | E::WouldBlock => EXIT_NOT_ACQUIRED,
             E::LockLost(_) => EXIT_LOST,
