@@ -67,8 +67,8 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, LossReason, Result};
 use crate::path::{join, NodeKind, NodeName};
+use crate::queue::default_spec;
 use crate::queue::{self, Holding, QueueSpec, Rule, Wait, WatchFuture};
-use crate::recipes::fair_lock::default_spec;
 use crate::session::{Epoch, Session};
 
 type ZkResult<T> = std::result::Result<T, zk::Error>;
@@ -667,7 +667,7 @@ impl Observer {
                         }));
                     }
                 }
-                Err(err) if crate::queue::is_unknown(&err) => {
+                Err(err) if crate::error::is_unknown(&err) => {
                     // The epoch ended, or a request was cut off: read again (in the next epoch
                     // if this one is over). Requests made while disconnected wait for the
                     // reconnect, so this does not spin; the backoff covers the rest.

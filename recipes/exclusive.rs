@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use crate::error::{Error, Result};
+use crate::error::{is_unknown, Error, Result};
 use crate::guard::LockGuard;
 use crate::path::{validate_path, Layout, NodeKind, NodeName};
-use crate::queue::{is_unknown, Granted, Holding};
+use crate::queue::{decide_fixed, Abandoned, Fixed, Granted, Holding};
 use crate::session::{Epoch, Session};
 
 /// A lock held by whoever owns one ephemeral node.
@@ -197,21 +197,16 @@ impl ExclusiveLock {
                 g = self.session.serialize_path(path) => g,
                 _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
             };
-            let mut undo = UndoCreate {
-                session: self.session.clone(),
-                epoch: epoch.clone(),
-                path: path.to_string(),
-                serial: Some(serial),
-            };
+            let mut undo = Abandoned::fixed(&self.session, &epoch, path, serial);
             let created = epoch.create(path, &self.data, &options).await;
             let outcome = match created {
                 Ok((stat, _)) => {
                     // A fresh node: nobody can have claimed its czxid.
                     let claimed = self.session.claim(stat.czxid);
                     debug_assert!(claimed, "a fresh node's czxid was claimed");
-                    Created::Ours(stat.czxid)
+                    Fixed::Ours(stat.czxid)
                 }
-                Err(zk::Error::NodeExists) => Created::Busy,
+                Err(zk::Error::NodeExists) => Fixed::Busy,
                 Err(zk::Error::NoNode) if !made_parents => {
                     undo.disarm();
                     made_parents = true;
@@ -233,13 +228,12 @@ impl ExclusiveLock {
                         "the parent of {path} is an ephemeral node: pick another path"
                     )));
                 }
-                Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => Created::Unknown,
                 Err(err) if is_unknown(&err) => {
                     // Outcome unknown: find out before anything else is sent for this path
                     // (a retry sent first could be answered NodeExists by our own orphan, or
                     // succeed and then be deleted by a late cleanup).
                     tracing::debug!(%err, path, "create outcome unknown; checking the node");
-                    recover(&self.session, &epoch, path).await
+                    decide_fixed(&self.session, &epoch, path).await
                 }
                 Err(err) => {
                     undo.disarm();
@@ -249,9 +243,9 @@ impl ExclusiveLock {
             // Decided: the undo has nothing left to do, and other creates may go.
             undo.disarm();
             match outcome {
-                Created::Ours(czxid) => return Ok(self.guard(epoch, czxid)),
-                Created::Busy => {}
-                Created::Absent | Created::Unknown => continue,
+                Fixed::Ours(czxid) => return Ok(self.guard(epoch, czxid)),
+                Fixed::Busy => {}
+                Fixed::Absent | Fixed::Unknown => continue,
             }
             let not_a_lock = || {
                 Error::InvalidArgument(format!(
@@ -304,87 +298,5 @@ impl ExclusiveLock {
             .with_shared_path()
             .on_end(move || session.unclaim(czxid));
         LockGuard::new(holding)
-    }
-}
-
-/// What became of a create at the lock path.
-enum Created {
-    /// Our node, claimed for the caller.
-    Ours(i64),
-    /// Someone else's node (or one a live guard of this process holds).
-    Busy,
-    /// No node: create again.
-    Absent,
-    /// The epoch ended before we could tell: its nodes go with it; try in the next one.
-    Unknown,
-}
-
-/// Decides the outcome of a create that failed with the outcome unknown, under the path's
-/// serialization: a node there owned by our session and claimed by no guard of this process
-/// is the one this create made, and is claimed for the caller.
-async fn recover(session: &Session, epoch: &Epoch, path: &str) -> Created {
-    let mut backoff = Duration::from_millis(20);
-    loop {
-        if epoch.is_over() {
-            return Created::Unknown;
-        }
-        // Sent after our create, so it sees what the create did.
-        match epoch.check_stat(path).await {
-            Ok(None) => return Created::Absent,
-            Ok(Some(stat)) if stat.ephemeral_owner == epoch.session_id => {
-                return if session.claim(stat.czxid) {
-                    Created::Ours(stat.czxid)
-                } else {
-                    Created::Busy
-                };
-            }
-            Ok(Some(_)) => return Created::Busy,
-            Err(err) if is_unknown(&err) => {
-                // Requests made while disconnected wait for the reconnect; back off anyway.
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-            Err(_) => return Created::Unknown,
-        }
-    }
-}
-
-/// Cleans up after an acquire dropped while its create was in flight (or being decided):
-/// in the background, still holding the path's serialization, it deletes the node only if
-/// our session owns it and nothing in this process has claimed it, i.e. only the orphan of
-/// that create, never a live guard's node (of this handle or another on the same session).
-struct UndoCreate {
-    session: Session,
-    epoch: Arc<Epoch>,
-    path: String,
-    serial: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-impl UndoCreate {
-    fn disarm(&mut self) {
-        self.serial = None;
-    }
-}
-
-impl Drop for UndoCreate {
-    fn drop(&mut self) {
-        let Some(serial) = self.serial.take() else {
-            return;
-        };
-        let session = self.session.clone();
-        let epoch = self.epoch.clone();
-        let path = std::mem::take(&mut self.path);
-        self.session.spawn_tracked(async move {
-            let _serial = serial;
-            if let Created::Ours(czxid) = recover(&session, &epoch, &path).await {
-                match epoch.delete(&path, None).await {
-                    Ok(()) | Err(zk::Error::NoNode) => {}
-                    Err(err) => {
-                        tracing::warn!(%err, path, "could not delete the node of a cancelled acquire; it goes when the session ends")
-                    }
-                }
-                session.unclaim(czxid);
-            }
-        });
     }
 }

@@ -28,12 +28,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zookeeper_client as zk;
-
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::path::{validate_path, Layout, NodeKind};
-use crate::queue::{self, Contender, Holding, QueueSpec, Rule, Wait, LOCK_MEMBERS};
+use crate::path::{Layout, NodeKind};
+use crate::queue::{
+    self, default_spec, queue_options, Contender, Holding, QueueSpec, Rule, Wait, LOCK_MEMBERS,
+};
 use crate::session::Session;
 
 /// A fair, exclusive, Curator-compatible lock on a ZooKeeper path.
@@ -59,55 +59,6 @@ pub struct FairLock {
     session: Session,
     spec: Arc<QueueSpec>,
 }
-
-pub(crate) fn default_spec(
-    path: &str,
-    kind: NodeKind,
-    members: &'static [NodeKind],
-    rule: Rule,
-) -> Result<QueueSpec> {
-    validate_path(path)?;
-    Ok(QueueSpec {
-        dir: path.to_string(),
-        layout: Layout::Curator,
-        kind,
-        members,
-        rule,
-        data: Vec::new(),
-        acls: zk::Acls::anyone_all().to_vec(),
-        requeue_on_expiry: true,
-    })
-}
-
-/// Lock options shared by the queue recipes, as consuming `with_*` setters.
-macro_rules! queue_options {
-    ($ty:ty) => {
-        impl $ty {
-            /// Data stored in our contender node, e.g. a worker id shown by `contenders()` and
-            /// `zkr holders` (default: empty).
-            pub fn with_data(mut self, data: impl Into<Vec<u8>>) -> Self {
-                std::sync::Arc::make_mut(&mut self.spec).data = data.into();
-                self
-            }
-
-            /// The ACL of our nodes and of the parents we create (default: open to anyone).
-            /// With a digest ACL, sessions without the credentials can neither take the lock
-            /// nor delete a holder's node.
-            pub fn with_acls(mut self, acls: &[zookeeper_client::Acl]) -> Self {
-                std::sync::Arc::make_mut(&mut self.spec).acls = acls.to_vec();
-                self
-            }
-
-            /// Whether a waiter whose session expires re-queues by itself in the next session
-            /// (default `true`); with `false` it fails with `Error::SessionExpired`.
-            pub fn requeue_on_expiry(mut self, requeue: bool) -> Self {
-                std::sync::Arc::make_mut(&mut self.spec).requeue_on_expiry = requeue;
-                self
-            }
-        }
-    };
-}
-pub(crate) use queue_options;
 
 queue_options!(FairLock);
 

@@ -73,11 +73,11 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use zookeeper_client as zk;
 
-use crate::error::{Error, LossReason, Result};
+use crate::error::{is_unknown, Error, LossReason, Result};
 use crate::guard::LockGuard;
 use crate::path::{join, new_prefix, Layout, NodeKind, NodeName};
 use crate::queue::{self, Contender, Granted, Holding, QueueSpec, Rule, Wait, LOCK_MEMBERS};
-use crate::recipes::fair_lock::{default_spec, queue_options};
+use crate::queue::{default_spec, queue_options, Abandoned};
 use crate::session::{Epoch, Session};
 
 /// A fair read/write lock on a ZooKeeper path, compatible with Curator's
@@ -459,51 +459,6 @@ enum Placement {
     WriteLost,
 }
 
-/// Deletes a read node whose placement did not complete (failed, cancelled).
-struct PendingRead {
-    session: Session,
-    epoch: Arc<Epoch>,
-    dir: String,
-    protection: String,
-    path: Option<String>,
-    armed: bool,
-}
-
-impl Drop for PendingRead {
-    fn drop(&mut self) {
-        if !self.armed || self.epoch.lost_token().is_cancelled() {
-            return;
-        }
-        let epoch = self.epoch.clone();
-        let dir = self.dir.clone();
-        let protection = std::mem::take(&mut self.protection);
-        let path = self.path.take();
-        self.session.spawn_tracked(async move {
-            let path = match path {
-                Some(p) => Some(p),
-                None => match epoch.get_children(&dir).await {
-                    Ok((children, _)) => children
-                        .iter()
-                        .filter_map(|c| NodeName::parse(c))
-                        .find(|n| n.protection.as_deref() == Some(protection.as_str()))
-                        .map(|n| join(&dir, &n.name)),
-                    Err(_) => None,
-                },
-            };
-            if let Some(path) = path {
-                match tokio::time::timeout(Duration::from_secs(30), epoch.delete(&path, None)).await
-                {
-                    Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
-                    _ => tracing::warn!(
-                        path,
-                        "could not delete an unused downgrade read node; it goes when the session ends"
-                    ),
-                }
-            }
-        });
-    }
-}
-
 impl WriteGuard {
     /// Turns the write lock into a read lock without letting another writer in between.
     ///
@@ -590,14 +545,8 @@ impl RwLock {
         let spec = &self.spec;
         let (prefix, protection) = new_prefix(spec.layout, NodeKind::Read);
         let prefix_path = join(&spec.dir, &prefix);
-        let mut pending = PendingRead {
-            session: self.session.clone(),
-            epoch: epoch.clone(),
-            dir: spec.dir.clone(),
-            protection,
-            path: None,
-            armed: true,
-        };
+        // Deletes the read node unless the placement completes (failed, cancelled).
+        let mut pending = Abandoned::protected(&self.session, epoch, &spec.dir, &protection);
         let acls = epoch.contender_acls(&spec.acls);
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
         // One round trip: the listing is answered after the create.
@@ -617,14 +566,16 @@ impl RwLock {
             Err(err) => {
                 // Unknown outcome: the pending node is looked for by its protection id and
                 // deleted. A definite error created nothing.
-                pending.armed = queue::is_unknown(&err);
+                if !is_unknown(&err) {
+                    pending.disarm();
+                }
                 tracing::warn!(dir = spec.dir, %err, "downgrade: cannot create the read node; keeping the write node");
                 return Placement::KeepWrite;
             }
         };
         let name = format!("{prefix}{seq}");
         let path = join(&spec.dir, &name);
-        pending.path = Some(path.clone());
+        pending.set_path(path.clone());
         let Some(read) = NodeName::parse(&name) else {
             return Placement::KeepWrite;
         };
@@ -648,7 +599,7 @@ impl RwLock {
         if writer_between {
             return Placement::KeepWrite;
         }
-        pending.armed = false;
+        pending.disarm();
         Placement::Clean(Granted {
             epoch: epoch.clone(),
             path,

@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::path::{Layout, NodeKind};
 use crate::queue::{self, Contender, Holding, QueueSpec, Rule, Wait};
-use crate::recipes::fair_lock::{default_spec, queue_options};
+use crate::queue::{default_spec, queue_options};
 use crate::session::Session;
 
 const LEASE_MEMBERS: &[NodeKind] = &[NodeKind::Lease];

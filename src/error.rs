@@ -148,18 +148,56 @@ impl std::fmt::Display for LossReason {
     }
 }
 
+/// What a failed ZooKeeper request tells about its effect: the one classification of the
+/// client's errors, used by every recipe, the session manager's liveness clock and
+/// [`Error::zk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The server answered: the request was not applied (`NoNode`, `NodeExists`, `NoAuth`,
+    /// `BadVersion`, ...).
+    Definite,
+    /// The connection broke, timed out or moved with the request in flight: it may or may not
+    /// have been applied. Re-read, retry or re-queue; never assume either way. (A connection
+    /// reset arrives as `Custom(io::Error)`, a silent connection as `Custom("no response")`.)
+    Unknown,
+    /// The session is over (expired, closed, its authentication failed): nothing more is
+    /// applied in it, and its ephemeral nodes are gone or going.
+    SessionOver,
+}
+
+/// Classifies a ZooKeeper client error (see [`Failure`]).
+pub(crate) fn failure(err: &zk::Error) -> Failure {
+    match err {
+        zk::Error::ConnectionLoss
+        | zk::Error::Custom(_)
+        | zk::Error::Timeout
+        | zk::Error::SessionMoved => Failure::Unknown,
+        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed => {
+            Failure::SessionOver
+        }
+        _ => Failure::Definite,
+    }
+}
+
+/// Whether `err` leaves the request's effect open (not a definite answer): the caller
+/// re-reads, retries or re-queues rather than failing.
+pub(crate) fn is_unknown(err: &zk::Error) -> bool {
+    failure(err) != Failure::Definite
+}
+
 impl Error {
     /// Wraps a ZooKeeper client error raised by `op` on `path`, mapping the variants a caller
-    /// acts on (expiry, connection loss, permissions, closed) to their own variants.
+    /// acts on (expiry, connection loss, permissions, closed) to their own variants, by
+    /// [`failure`].
     pub(crate) fn zk(op: &'static str, path: &str, source: zk::Error) -> Error {
-        match source {
-            zk::Error::SessionExpired => Error::SessionExpired,
-            zk::Error::ConnectionLoss | zk::Error::Custom(_) => Error::ConnectionLost,
-            zk::Error::NoAuth => Error::NoAuth {
+        match (failure(&source), source) {
+            (Failure::Unknown, _) => Error::ConnectionLost,
+            (_, zk::Error::SessionExpired) => Error::SessionExpired,
+            (_, zk::Error::ClientClosed) => Error::Closed,
+            (_, zk::Error::NoAuth) => Error::NoAuth {
                 path: path.to_string(),
             },
-            zk::Error::ClientClosed => Error::Closed,
-            source => Error::ZooKeeper {
+            (_, source) => Error::ZooKeeper {
                 op,
                 path: path.to_string(),
                 source,

@@ -452,15 +452,10 @@ impl Health {
 
 /// Did the server answer (successfully or with a definite error)?
 fn was_answered<T>(result: &ZkResult<T>) -> bool {
-    !matches!(
-        result,
-        Err(zk::Error::ConnectionLoss
-            | zk::Error::Custom(_)
-            | zk::Error::SessionExpired
-            | zk::Error::ClientClosed
-            | zk::Error::Timeout
-            | zk::Error::AuthFailed)
-    )
+    result
+        .as_ref()
+        .err()
+        .is_none_or(|e| crate::error::failure(e) == crate::error::Failure::Definite)
 }
 
 /// One ZooKeeper session of the manager. Recipes make every request through it, which is

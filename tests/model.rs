@@ -1277,7 +1277,7 @@ fn final_checks(rec: &Shared) {
         // Rule 4.
         let epoch_ended = x
             .epoch
-            .map_or(true, |e| r.ended_epochs.contains(&(x.session, e)));
+            .is_none_or(|e| r.ended_epochs.contains(&(x.session, e)));
         if !r.admin_deleted.contains(&x.token) && !epoch_ended {
             found.push(format!(
                 "SAFETY: the node of {} vanished while held (seen gone at +{}ms, told: {:?}), \
@@ -1345,7 +1345,7 @@ async fn run_seeds(seeds: Vec<u64>) -> Vec<Outcome> {
             );
             failed.push(outcome);
         }
-        if ran % 50 == 0 {
+        if ran.is_multiple_of(50) {
             eprintln!(
                 "model: {ran}/{total} schedules in {:?}, {} failed",
                 started.elapsed(),

@@ -75,7 +75,7 @@ fn parse(args: &[OsString]) -> Result<Args, String> {
             .and_then(|a| a.parse().ok())
             .ok_or_else(|| format!("argument {i} is not a number"))
     };
-    if args.get(4).map_or(true, |a| a != "--") || args.len() < 6 {
+    if args.get(4).is_none_or(|a| a != "--") || args.len() < 6 {
         return Err("usage: zkr __supervise PPID CTL_FD REPORT_FD GRACE_MS -- CMD...".into());
     }
     Ok(Args {

@@ -227,7 +227,7 @@ pub async fn acquire<T>(
                             live = true;
                             next = Some(Instant::now() + Duration::from_secs(1));
                         } else {
-                            let due = printed.as_ref().map_or(true, |(key, at)| {
+                            let due = printed.as_ref().is_none_or(|(key, at)| {
                                 *key != s.key && at.elapsed() >= REPRINT_GAP
                             });
                             if due {

@@ -1,0 +1,755 @@
+//! Acquiring a place in a queue: the [`Waiter`] state machine (enter, arm, wait, react).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zookeeper_client as zk;
+
+use super::{find_by_protection, Abandoned, Granted, QueueSpec, Rule, Wait, WatchFuture};
+use crate::error::{is_unknown, Error, LossReason, Result};
+use crate::path::{join, new_prefix, NodeKind, NodeName};
+use crate::session::{Epoch, Session};
+
+/// Outcome of one attempt in one epoch.
+enum Attempt {
+    Granted(Granted),
+    /// The epoch ended (or our node vanished) while waiting: try again in the next one.
+    Requeue(LossReason, Option<String>),
+}
+
+/// Acquires a place in the queue and waits until the rule grants it.
+///
+/// # Cancel safety
+///
+/// Dropping the future deletes our node in the background (tracked by the session).
+pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
+    use tracing::field::Empty;
+    let kind = crate::observe::kind_label(spec.kind);
+    let span = tracing::info_span!(target: "zk_recipes", "acquire", path = %spec.dir, kind, node = Empty, epoch = Empty, session_id = Empty, outcome = Empty);
+    let started = Instant::now();
+    let result =
+        tracing::Instrument::instrument(acquire_in_turn(session, spec, wait), span.clone()).await;
+    span.in_scope(|| crate::observe::acquired(kind, &result, started.elapsed()));
+    result
+}
+
+async fn acquire_in_turn(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
+    let mut stale: Option<String> = None;
+    loop {
+        let epoch = match wait {
+            Wait::Until(Some(deadline)) => {
+                match tokio::time::timeout_at(deadline.into(), session.epoch()).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(Error::Timeout),
+                }
+            }
+            _ => session.epoch().await?,
+        };
+        if let Some(path) = stale.take() {
+            // A node from an older session is deleted, never adopted.
+            let _ = epoch.delete(&path, None).await;
+        }
+        match attempt(session, spec, wait, epoch).await? {
+            Attempt::Granted(g) => return Ok(g),
+            Attempt::Requeue(reason, left) => {
+                if !spec.requeue_on_expiry {
+                    if let Some(path) = left {
+                        if let Some(epoch) = session.current_epoch() {
+                            let _ = epoch.delete(&path, None).await;
+                        }
+                    }
+                    return Err(match reason {
+                        LossReason::SessionExpired | LossReason::ConnectionLost => {
+                            Error::SessionExpired
+                        }
+                        LossReason::Closed => Error::Closed,
+                        other => Error::LockLost(other),
+                    });
+                }
+                tracing::info!(dir = spec.dir, %reason, "contender re-queues");
+                stale = left;
+            }
+        }
+    }
+}
+
+/// One attempt in one epoch, as the steps of a [`Waiter`]: enter the queue, then until
+/// granted (or given up) arm the watches, wait for one event, and react to it. Every await
+/// point of the algorithm is in one of those steps.
+async fn attempt(
+    session: &Session,
+    spec: &QueueSpec,
+    wait: Wait,
+    epoch: Arc<Epoch>,
+) -> Result<Attempt> {
+    let mut waiter = match Waiter::enter(session, spec, epoch).await? {
+        Entered::Queued(w) => w,
+        Entered::Done(done) => return Ok(done),
+    };
+    loop {
+        if let Some(done) = waiter.grant_if_first().await? {
+            return Ok(done);
+        }
+        let deadline = match wait {
+            Wait::Try => return Err(waiter.withdraw(Error::WouldBlock).await),
+            Wait::Until(deadline) => deadline,
+        };
+        let watches = match waiter.arm().await? {
+            Armed::Watching(watches) => watches,
+            Armed::Again => continue,
+            Armed::Done(done) => return Ok(done),
+        };
+        let woke = waiter.wait(watches, deadline).await;
+        if let Some(done) = waiter.react(woke).await? {
+            return Ok(done);
+        }
+    }
+}
+
+/// A contender with a node in the queue, in one epoch.
+struct Waiter<'a> {
+    session: &'a Session,
+    spec: &'a QueueSpec,
+    epoch: Arc<Epoch>,
+    /// Deletes our node if the attempt is dropped or fails before it is granted.
+    pending: Abandoned,
+    me: NodeName,
+    my_path: String,
+    czxid: i64,
+    /// Members below us still believed to exist, ascending.
+    lower: Vec<NodeName>,
+    /// The `exists` watch on our own node, once armed.
+    own_watch: Option<WatchFuture>,
+    /// Whether our own node is known to exist: from a listing that contained it, until a
+    /// plain deletion below us (an administrator deleting the directory deletes ours too, and
+    /// its event may not have reached our own-node watch yet).
+    confirmed: bool,
+    missing_in_a_row: u32,
+    blips: u32,
+    /// Whether we armed a watch before being granted (a semaphore lease granted after waiting
+    /// tells the waiter behind it, see `grant_if_first`).
+    waited: bool,
+}
+
+enum Entered<'a> {
+    Queued(Waiter<'a>),
+    Done(Attempt),
+}
+
+/// What arming found.
+enum Armed {
+    /// Every target exists and is watched, and so is our own node.
+    Watching(Vec<(NodeName, zk::OneshotWatcher)>),
+    /// The picture changed (a target is gone, a re-list, a connection blip): decide again.
+    Again,
+    Done(Attempt),
+}
+
+/// What ended a wait.
+enum Woke {
+    Watched(NodeName, zk::WatchedEvent),
+    Own(zk::WatchedEvent),
+    EpochLost,
+    Deadline,
+}
+
+impl<'a> Waiter<'a> {
+    /// Step 1: create our node and list the directory in one round trip; refuse a path held
+    /// by contenders of another kind.
+    async fn enter(
+        session: &'a Session,
+        spec: &'a QueueSpec,
+        epoch: Arc<Epoch>,
+    ) -> Result<Entered<'a>> {
+        let (prefix, protection) = new_prefix(spec.layout, spec.kind);
+        let prefix_path = join(&spec.dir, &prefix);
+        let mut pending = Abandoned::protected(session, &epoch, &spec.dir, &protection);
+        if let Err(err) = epoch.check_creator_acls(&spec.acls) {
+            pending.disarm();
+            return Err(Error::zk("create", &spec.dir, err));
+        }
+        let acls = epoch.contender_acls(&spec.acls);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
+        let semaphore = matches!(spec.rule, Rule::Permits(_));
+        let mut made_parents = 0;
+        let (me, czxid, children, dir_data) = loop {
+            let create = epoch.create(&prefix_path, &spec.data, &options);
+            let list = epoch.get_children(&spec.dir);
+            let dir_data = semaphore.then(|| epoch.get_data(&spec.dir));
+            let created = create.await;
+            let listed = list.await;
+            let dir_data = match dir_data {
+                Some(read) => Some(read.await),
+                None => None,
+            };
+            match created {
+                Ok((stat, seq)) => {
+                    let name = format!("{prefix}{seq}");
+                    pending.set_path(join(&spec.dir, &name));
+                    if stat.ephemeral_owner != epoch.session_id {
+                        return Err(Error::ZooKeeper {
+                            op: "create",
+                            path: prefix_path.clone(),
+                            source: zk::Error::UnexpectedError(
+                                "created node is not owned by our session".into(),
+                            ),
+                        });
+                    }
+                    let node = NodeName::parse(&name).expect("our own node name parses");
+                    match listed {
+                        Ok((children, _)) => break (node, stat.czxid, children, dir_data),
+                        Err(err) if is_unknown(&err) => {
+                            return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
+                        }
+                        Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
+                    }
+                }
+                Err(zk::Error::NoNode) if made_parents < 5 => {
+                    made_parents += 1;
+                    let container = zk::CreateMode::Container.with_acls(zk::Acls::new(&spec.acls));
+                    match epoch.create_parents(&prefix_path, &container).await {
+                        Ok(()) => continue,
+                        Err(err) if is_unknown(&err) => {
+                            return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
+                        }
+                        Err(zk::Error::NoNode) => {
+                            return Err(Error::InvalidPath {
+                                path: spec.dir.clone(),
+                                reason: "its chroot does not exist",
+                            })
+                        }
+                        Err(err) => return Err(Error::zk("create parent", &spec.dir, err)),
+                    }
+                }
+                Err(zk::Error::NoChildrenForEphemerals) => {
+                    pending.disarm();
+                    return Err(Error::InvalidArgument(format!(
+                        "{} is an ephemeral node and cannot hold a lock queue: pick another path",
+                        spec.dir
+                    )));
+                }
+                Err(err) if is_unknown(&err) => {
+                    // Outcome unknown: look for our protection id once the session is back.
+                    let Some((path, node, czxid)) =
+                        recover_unknown_create(&epoch, spec, &protection).await
+                    else {
+                        return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)));
+                    };
+                    pending.set_path(path);
+                    let list = epoch.get_children(&spec.dir);
+                    let dir_data = semaphore.then(|| epoch.get_data(&spec.dir));
+                    let listed = list.await;
+                    let dir_data = match dir_data {
+                        Some(read) => Some(read.await),
+                        None => None,
+                    };
+                    match listed {
+                        Ok((children, _)) => break (node, czxid, children, dir_data),
+                        Err(_) => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
+                    }
+                }
+                Err(err) => {
+                    pending.disarm();
+                    return Err(Error::zk("create", &spec.dir, err));
+                }
+            }
+        };
+        let my_path = join(&spec.dir, &me.name);
+        if !children.contains(&me.name) {
+            // The session answers in order, so the listing sent after our create saw our node
+            // unless someone deleted it in between (an administrator, or its whole directory).
+            pending.disarm();
+            return Ok(Entered::Done(Attempt::Requeue(
+                LossReason::NodeDeleted,
+                None,
+            )));
+        }
+        let mut waiter = Waiter {
+            session,
+            spec,
+            epoch,
+            pending,
+            me,
+            my_path,
+            czxid,
+            lower: Vec::new(),
+            own_watch: None,
+            confirmed: true,
+            missing_in_a_row: 0,
+            blips: 0,
+            waited: false,
+        };
+        match waiter.check_kind(&children, dir_data).await {
+            Ok(()) => {}
+            Err(KindCheck::Conflict(err)) => return Err(waiter.withdraw(err).await),
+            Err(KindCheck::Unknown) => {
+                return Ok(Entered::Done(requeue_or_retry(
+                    &waiter.epoch,
+                    &mut waiter.pending,
+                )))
+            }
+        }
+        waiter.lower = lower_members(spec, &children, &waiter.me);
+        Ok(Entered::Queued(waiter))
+    }
+
+    /// One path, one kind: contenders of another recipe do not exclude ours (and ours not
+    /// them), and semaphores must agree on the permit count, which the first contender
+    /// stores in the directory's data (as kazoo's `Semaphore` does).
+    async fn check_kind(
+        &mut self,
+        children: &[String],
+        dir_data: Option<std::result::Result<(Vec<u8>, zk::Stat), zk::Error>>,
+    ) -> std::result::Result<(), KindCheck> {
+        let spec = self.spec;
+        if let Some(other) = children
+            .iter()
+            .filter_map(|c| NodeName::parse(c))
+            .find(|n| !spec.is_member(n))
+        {
+            return Err(KindCheck::Conflict(Error::PathInUse {
+                path: spec.dir.clone(),
+                found: describe_kind(other.kind).to_string(),
+                ours: describe_kind(spec.kind).to_string(),
+            }));
+        }
+        let Rule::Permits(permits) = spec.rule else {
+            return Ok(());
+        };
+        let want = permits.to_string();
+        let (data, stat) = match dir_data {
+            Some(Ok(read)) => read,
+            Some(Err(err)) if is_unknown(&err) => return Err(KindCheck::Unknown),
+            // The directory is gone (and our node with it): the wait finds out.
+            Some(Err(_)) | None => return Ok(()),
+        };
+        let stored = String::from_utf8_lossy(&data).trim().to_string();
+        if stored == want {
+            return Ok(());
+        }
+        let conflict = |stored: &str| {
+            KindCheck::Conflict(Error::PathInUse {
+                path: spec.dir.clone(),
+                found: format!("a semaphore with {stored} permits"),
+                ours: format!("a semaphore with {permits} permits"),
+            })
+        };
+        let others = children
+            .iter()
+            .filter(|c| **c != self.me.name)
+            .filter_map(|c| NodeName::parse(c))
+            .filter(|n| n.kind == NodeKind::Lease)
+            .count();
+        let numeric = stored.parse::<usize>().is_ok();
+        if !stored.is_empty() && !numeric {
+            // Data we did not write: leave it alone (and the count unchecked).
+            tracing::warn!(
+                dir = spec.dir,
+                "the semaphore's directory holds foreign data; its permit count is not checked"
+            );
+            return Ok(());
+        }
+        if !stored.is_empty() && others > 0 {
+            return Err(conflict(&stored));
+        }
+        // Empty, or a count left by earlier contenders that are all gone: ours now.
+        match self
+            .epoch
+            .set_data(&spec.dir, want.as_bytes(), Some(stat.version))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(zk::Error::BadVersion) => match self.epoch.get_data(&spec.dir).await {
+                Ok((data, _)) if String::from_utf8_lossy(&data).trim() == want => Ok(()),
+                Ok((data, _)) => Err(conflict(String::from_utf8_lossy(&data).trim())),
+                Err(err) if is_unknown(&err) => Err(KindCheck::Unknown),
+                Err(_) => Ok(()),
+            },
+            Err(err) if is_unknown(&err) => Err(KindCheck::Unknown),
+            Err(err) => {
+                tracing::warn!(dir = spec.dir, %err, "cannot store the semaphore's permit count; it is not checked");
+                Ok(())
+            }
+        }
+    }
+
+    /// Grants the lock when nothing below blocks us any more, after checking that our own node
+    /// is still there and that the epoch has not ended meanwhile (a create that completed in
+    /// an epoch the loss policy has already given up must re-queue, not be lost at birth).
+    async fn grant_if_first(&mut self) -> Result<Option<Attempt>> {
+        if !self.spec.watch_targets(&self.lower).is_empty() {
+            return Ok(None);
+        }
+        if !self.confirmed {
+            match self.epoch.check_stat(&self.my_path).await {
+                Ok(Some(stat)) if stat.czxid == self.czxid => self.confirmed = true,
+                Ok(_) => return Ok(Some(self.node_deleted())),
+                Err(err) if is_unknown(&err) => return Ok(Some(self.requeue())),
+                Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
+            }
+        }
+        // Our own node may be gone already: a waiter woken by its predecessor may have our
+        // node's deletion (delivered first) ready as well.
+        match own_watch_fired(&mut self.own_watch).map(|e| e.event_type) {
+            Some(zk::EventType::NodeDeleted) => return Ok(Some(self.node_deleted())),
+            Some(zk::EventType::Session) => return Ok(Some(self.requeue())),
+            _ => {}
+        }
+        if self.epoch.is_over() || self.epoch.grace_passed() {
+            return Ok(Some(self.requeue()));
+        }
+        self.pending.disarm();
+        let span = tracing::Span::current();
+        span.record("node", self.me.name.as_str());
+        span.record("epoch", self.epoch.number);
+        span.record(
+            "session_id",
+            format_args!("{:#x}", self.epoch.session_id).to_string(),
+        );
+        if self.waited {
+            crate::observe::handoff(crate::observe::kind_label(self.spec.kind));
+        }
+        if self.waited && matches!(self.spec.rule, Rule::Permits(_)) {
+            // The waiter behind us watches our node and learns from this version bump that it
+            // is now the head of the queue (see `watch_targets`). Sent now, awaited in the
+            // background (it does not delay our grant) and retried after a blip while the
+            // epoch lives: a lost bump would leave the next waiter blind to free permits.
+            let bump = self.epoch.set_data(&self.my_path, &self.spec.data, Some(0));
+            let (epoch, path, data) = (
+                self.epoch.clone(),
+                self.my_path.clone(),
+                self.spec.data.clone(),
+            );
+            self.session.spawn_tracked(async move {
+                let mut result = bump.await;
+                let mut backoff = Duration::from_millis(20);
+                while matches!(&result, Err(e) if is_unknown(e)) && !epoch.is_over() {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    // BadVersion: the first one was applied after all; NoNode: released.
+                    result = epoch.set_data(&path, &data, Some(0)).await;
+                }
+            });
+        }
+        Ok(Some(Attempt::Granted(Granted {
+            epoch: self.epoch.clone(),
+            path: self.my_path.clone(),
+            name: self.me.clone(),
+            czxid: self.czxid,
+            own_watch: self.own_watch.take(),
+        })))
+    }
+
+    /// Step 2: watch the nodes that block us, and our own node.
+    async fn arm(&mut self) -> Result<Armed> {
+        let spec = self.spec;
+        let targets = spec.watch_targets(&self.lower);
+        let semaphore_predecessor = matches!(spec.rule, Rule::Permits(p) if self.lower.len() > p);
+        let epoch = self.epoch.clone();
+        // Pipelined: every watch is sent before the first reply is awaited.
+        let watches: Vec<_> = targets
+            .iter()
+            .map(|t| epoch.check_and_watch_stat(&join(&spec.dir, &t.name)))
+            .collect();
+        let own = self
+            .own_watch
+            .is_none()
+            .then(|| epoch.check_and_watch_stat(&self.my_path));
+        let watched = futures::future::join_all(watches).await;
+        let mut unknown = false;
+        if let Some(own) = own {
+            match own.await {
+                Ok((Some(stat), w)) if stat.czxid == self.czxid => {
+                    self.own_watch = Some(Box::pin(w.changed()))
+                }
+                Ok(_) => return Ok(Armed::Done(self.node_deleted())),
+                Err(err) if is_unknown(&err) => unknown = true,
+                Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
+            }
+        }
+        let mut armed = Vec::with_capacity(targets.len());
+        let mut gone = Vec::new();
+        let mut predecessor_granted = false;
+        for (target, result) in targets.into_iter().zip(watched) {
+            match result {
+                Ok((Some(stat), w)) => {
+                    predecessor_granted |= semaphore_predecessor && stat.version > 0;
+                    armed.push((target, w));
+                }
+                Ok((None, _)) => gone.push(target),
+                Err(err) if is_unknown(&err) => unknown = true,
+                Err(err) => return Err(Error::zk("exists", &join(&spec.dir, &target.name), err)),
+            }
+        }
+        if unknown {
+            return self.blip().await;
+        }
+        if !gone.is_empty() {
+            // Gone already: walk back, or re-list after several misses.
+            self.lower
+                .retain(|n| !gone.iter().any(|g| g.sequence == n.sequence));
+            self.confirmed = false;
+            self.missing_in_a_row += 1;
+            if gone.iter().any(|g| spec.relist_after(g)) || self.missing_in_a_row >= 3 {
+                self.missing_in_a_row = 0;
+                if let Some(done) = self.relist().await? {
+                    return Ok(Armed::Done(done));
+                }
+            }
+            return Ok(Armed::Again);
+        }
+        if predecessor_granted {
+            // The semaphore waiter ahead of us holds a lease already: we may be the head now.
+            if let Some(done) = self.relist().await? {
+                return Ok(Armed::Done(done));
+            }
+            return Ok(Armed::Again);
+        }
+        self.missing_in_a_row = 0;
+        self.waited = true;
+        Ok(Armed::Watching(armed))
+    }
+
+    /// Step 3: wait for one event: a watched node, our own node, the epoch's end or the
+    /// deadline.
+    async fn wait(
+        &mut self,
+        watches: Vec<(NodeName, zk::OneshotWatcher)>,
+        deadline: Option<Instant>,
+    ) -> Woke {
+        let watched = futures::future::select_all(watches.into_iter().map(|(target, w)| {
+            Box::pin(async move {
+                let event = w.changed().await;
+                (target, event)
+            })
+        }));
+        let own = self.own_watch.as_mut().expect("own watch armed");
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let epoch = self.epoch.clone();
+        tokio::select! {
+            ((target, event), _, _) = watched => Woke::Watched(target, event),
+            event = own => Woke::Own(event),
+            _ = epoch.lost_token().cancelled() => Woke::EpochLost,
+            _ = sleep => Woke::Deadline,
+        }
+    }
+
+    /// Step 4: react to what woke us.
+    async fn react(&mut self, woke: Woke) -> Result<Option<Attempt>> {
+        let spec = self.spec;
+        match woke {
+            Woke::Watched(target, event) => match event.event_type {
+                zk::EventType::Session => return Ok(Some(self.requeue())),
+                zk::EventType::NodeDataChanged
+                    if target.is_owner_write_only() && !matches!(spec.rule, Rule::Permits(_)) =>
+                {
+                    // A release mark: only the session that made the node can write its data
+                    // (its ACL), and it writes only this, in the transaction that deletes the
+                    // node.
+                    if spec.mark_grants(&target) {
+                        // The node held the lock alone, so nothing below it can exist:
+                        // granted (`grant_if_first` still checks that our own node is there).
+                        self.lower.clear();
+                    } else {
+                        // A reader left: as a plain deletion.
+                        if let Some(done) = self.gone(&target).await? {
+                            return Ok(Some(done));
+                        }
+                    }
+                }
+                zk::EventType::NodeDataChanged if !matches!(spec.rule, Rule::Permits(_)) => {
+                    // Someone wrote the data of a node that anyone may write (a Curator or
+                    // kazoo contender; an operator's `set`, Curator's `Revoker`): that is not
+                    // a release. Look again: arming finds out whether the node is still there.
+                }
+                zk::EventType::NodeDataChanged => {
+                    // A semaphore lease bumped on its grant (or rewritten): re-read the queue.
+                    if let Some(done) = self.relist().await? {
+                        return Ok(Some(done));
+                    }
+                }
+                zk::EventType::NodeDeleted => {
+                    if let Some(done) = self.gone(&target).await? {
+                        return Ok(Some(done));
+                    }
+                }
+                // A stale NodeCreated of an earlier watch: look again.
+                _ => {}
+            },
+            Woke::Own(event) => {
+                // Our own node changed: deleted by someone else, or the session ended. Any
+                // other event (a stale NodeCreated of an earlier exists watch): re-arm.
+                self.own_watch = None;
+                match event.event_type {
+                    zk::EventType::Session => return Ok(Some(self.requeue())),
+                    zk::EventType::NodeDeleted => {
+                        // Queued now, awaited by nobody: the request is sent either way.
+                        drop(self.epoch.delete(&self.my_path, None));
+                        return Ok(Some(self.node_deleted()));
+                    }
+                    _ => {}
+                }
+            }
+            Woke::EpochLost => return Ok(Some(self.requeue())),
+            Woke::Deadline => return Err(self.withdraw(Error::Timeout).await),
+        }
+        Ok(None)
+    }
+
+    /// `target` is gone: walk back past it, or re-list where the rule says so.
+    async fn gone(&mut self, target: &NodeName) -> Result<Option<Attempt>> {
+        self.lower.retain(|n| n.sequence != target.sequence);
+        self.confirmed = false;
+        if self.spec.relist_after(target) {
+            return self.relist().await;
+        }
+        Ok(None)
+    }
+
+    /// A request failed with the outcome unknown. Requests sent while disconnected wait for
+    /// the reconnect, so this does not spin: re-read the queue, or re-queue if the epoch ended.
+    async fn blip(&mut self) -> Result<Armed> {
+        self.blips += 1;
+        if self.epoch.lost_token().is_cancelled() || self.blips > 20 {
+            return Ok(Armed::Done(self.requeue()));
+        }
+        match relist(&self.epoch, self.spec, &self.me).await {
+            Ok(lower) => {
+                self.lower = lower;
+                self.confirmed = true;
+            }
+            Err(zk::Error::NoNode) => return Ok(Armed::Done(self.node_deleted())),
+            Err(_) => {}
+        }
+        Ok(Armed::Again)
+    }
+
+    /// Re-reads the members below us. `Some` when the attempt is over (our node is gone).
+    async fn relist(&mut self) -> Result<Option<Attempt>> {
+        match relist(&self.epoch, self.spec, &self.me).await {
+            Ok(lower) => {
+                self.lower = lower;
+                self.confirmed = true;
+                Ok(None)
+            }
+            Err(err) if is_unknown(&err) => Ok(None),
+            // The directory was deleted, or our node was: re-queue.
+            Err(zk::Error::NoNode) => Ok(Some(self.node_deleted())),
+            Err(err) => Err(Error::zk("get_children", &self.spec.dir, err)),
+        }
+    }
+
+    /// Gives up: removes our node before answering `err` (in the background, retried, if
+    /// the delete fails).
+    async fn withdraw(&mut self, err: Error) -> Error {
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            self.epoch.delete(&self.my_path, None),
+        )
+        .await
+        {
+            Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => self.pending.disarm(),
+            _ => self.pending.clean_now(),
+        }
+        err
+    }
+
+    fn node_deleted(&mut self) -> Attempt {
+        self.pending.disarm();
+        Attempt::Requeue(LossReason::NodeDeleted, None)
+    }
+
+    fn requeue(&mut self) -> Attempt {
+        requeue_or_retry(&self.epoch, &mut self.pending)
+    }
+}
+
+/// Why `check_kind` refused, or could not tell.
+enum KindCheck {
+    Conflict(Error),
+    Unknown,
+}
+
+/// How a node kind is named in a [`Error::PathInUse`].
+fn describe_kind(kind: NodeKind) -> &'static str {
+    match kind {
+        NodeKind::Lock | NodeKind::Read | NodeKind::Write => {
+            "a lock (fair lock or read/write lock nodes)"
+        }
+        NodeKind::Latch => "a leader election (latch nodes)",
+        NodeKind::Lease => "a semaphore (lease nodes)",
+    }
+}
+
+/// The members of `children` below `me`, ascending.
+fn lower_members(spec: &QueueSpec, children: &[String], me: &NodeName) -> Vec<NodeName> {
+    let mut lower: Vec<NodeName> = children
+        .iter()
+        .filter_map(|c| NodeName::parse(c))
+        .filter(|n| spec.is_member(n) && n.sequence < me.sequence)
+        .collect();
+    lower.sort_by_key(|n| n.sequence);
+    lower
+}
+
+/// Our own node's watch event, if it has fired already (the watch is then used up).
+fn own_watch_fired(own_watch: &mut Option<WatchFuture>) -> Option<zk::WatchedEvent> {
+    let event = futures::FutureExt::now_or_never(own_watch.as_mut()?.as_mut())?;
+    *own_watch = None;
+    Some(event)
+}
+
+/// The epoch failed under us. If it has ended, re-queue (remembering our node, if any, as
+/// stale); if it is still alive (a connection blip), re-queue too, after deleting our node.
+fn requeue_or_retry(epoch: &Arc<Epoch>, pending: &mut Abandoned) -> Attempt {
+    let reason = epoch.loss_reason().unwrap_or(LossReason::ConnectionLost);
+    if epoch.lost_token().is_cancelled() {
+        let path = pending.path().map(str::to_string);
+        pending.disarm();
+        Attempt::Requeue(reason, path)
+    } else {
+        // Still the same session: delete the node in the background, retried while it lives.
+        pending.clean_now();
+        Attempt::Requeue(LossReason::ConnectionLost, None)
+    }
+}
+
+async fn recover_unknown_create(
+    epoch: &Arc<Epoch>,
+    spec: &QueueSpec,
+    protection: &str,
+) -> Option<(String, NodeName, i64)> {
+    if epoch.lost_token().is_cancelled() {
+        return None;
+    }
+    let (path, node) = find_by_protection(epoch, &spec.dir, protection)
+        .await
+        .ok()??;
+    let (_, stat) = epoch.get_data(&path).await.ok()?;
+    if stat.ephemeral_owner == epoch.session_id {
+        Some((path, node, stat.czxid))
+    } else {
+        let _ = epoch.delete(&path, None).await;
+        None
+    }
+}
+
+async fn relist(
+    epoch: &Epoch,
+    spec: &QueueSpec,
+    me: &NodeName,
+) -> std::result::Result<Vec<NodeName>, zk::Error> {
+    let (children, _) = epoch.get_children(&spec.dir).await?;
+    if !children.contains(&me.name) {
+        // Our own node is gone (deleted with its directory, or by an administrator). Compare
+        // names, not sequence numbers: a directory deleted and made again counts from 0, so
+        // another contender's node may carry our old number.
+        return Err(zk::Error::NoNode);
+    }
+    Ok(lower_members(spec, &children, me))
+}

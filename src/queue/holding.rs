@@ -1,0 +1,429 @@
+//! What a granted node becomes: the [`Holding`] behind every guard (queue recipes and the
+//! simple lock alike), which watches the node for loss and releases it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use super::{Granted, WatchFuture, RELEASE_MARK};
+use crate::error::{is_unknown, Error, LossReason, Result};
+use crate::path::NodeName;
+use crate::session::{Epoch, Session};
+
+/// The shared state behind every guard: our granted node, its loss signal and its release.
+pub(crate) struct Holding {
+    session: Session,
+    epoch: std::sync::Weak<Epoch>,
+    path: String,
+    name: NodeName,
+    czxid: i64,
+    session_id: i64,
+    lost: CancellationToken,
+    reason: Arc<Mutex<Option<LossReason>>>,
+    /// The epoch's own end signal and reason, read synchronously by `is_lost` (the epoch
+    /// itself may be gone, and the monitor not yet have run).
+    epoch_token: CancellationToken,
+    epoch_reason: Arc<Mutex<Option<LossReason>>>,
+    stop_monitor: CancellationToken,
+    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+    /// Closed (true) once our release is queued: no own-node watch is set after that.
+    gate: Arc<Mutex<bool>>,
+    released: bool,
+    on_end: Option<Box<dyn FnOnce() + Send + Sync>>,
+    /// Whether the release writes the mark before deleting (default); see `with_release_mark`.
+    mark_release: bool,
+    /// The node path is reused by later holders (the simple lock): check the czxid first.
+    verify_czxid: bool,
+    /// For the metrics and the `hold` span: what we hold, since when, and whether the hold
+    /// ended in a loss.
+    kind: &'static str,
+    since: Instant,
+    span: tracing::Span,
+    lost_at_end: Option<LossReason>,
+}
+
+impl std::fmt::Debug for Holding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holding")
+            .field("path", &self.path)
+            .field("fencing_token", &self.czxid)
+            .field("lost", &self.lost.is_cancelled())
+            .finish()
+    }
+}
+
+impl Holding {
+    /// Starts watching a granted node for loss.
+    pub(crate) fn new(session: &Session, granted: Granted) -> Holding {
+        let Granted {
+            epoch,
+            path,
+            name,
+            czxid,
+            own_watch,
+        } = granted;
+        let lost = CancellationToken::new();
+        let reason = Arc::new(Mutex::new(None));
+        let stop_monitor = CancellationToken::new();
+        let gate = Arc::new(Mutex::new(false));
+        let own: OwnCheck = match own_watch {
+            Some(w) => Box::pin(std::future::ready(Checked::Armed(w))),
+            None => arm_own_watch(epoch.clone(), path.clone(), czxid, gate.clone()),
+        };
+        let monitor = {
+            let epoch_token = epoch.lost_token().clone();
+            let epoch_reason = epoch.reason_cell();
+            let epoch_weak = Arc::downgrade(&epoch);
+            let path = path.clone();
+            let lost = lost.clone();
+            let reason = reason.clone();
+            let stop = stop_monitor.clone();
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                let set = |r: LossReason| {
+                    reason.lock().unwrap().get_or_insert(r);
+                    lost.cancel();
+                    None
+                };
+                let epoch_ended = || {
+                    epoch_reason
+                        .lock()
+                        .unwrap()
+                        .unwrap_or(LossReason::SessionExpired)
+                };
+                let mut own = own;
+                let mut backoff = Duration::from_millis(20);
+                loop {
+                    // On stop, hand the own-node watch (armed or in flight) back to the
+                    // release, which lets its own write use the watch up.
+                    let checked = tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return Some(own),
+                        _ = epoch_token.cancelled() => return set(epoch_ended()),
+                        r = &mut own => r,
+                    };
+                    let mut watch = match checked {
+                        Checked::Armed(w) => w,
+                        Checked::Missing => return set(LossReason::NodeDeleted),
+                        Checked::Gated => return None,
+                        // The request failed (a connection blip): no watch is set. Arm it again
+                        // for as long as the epoch lives; a request made while disconnected
+                        // waits for the reconnect, and the backoff keeps a flapping connection
+                        // from spinning.
+                        Checked::Failed => {
+                            tokio::select! {
+                                _ = stop.cancelled() => return None,
+                                _ = epoch_token.cancelled() => return set(epoch_ended()),
+                                _ = tokio::time::sleep(backoff) => {}
+                            }
+                            backoff = (backoff * 2).min(Duration::from_secs(1));
+                            let Some(epoch) = epoch_weak.upgrade() else {
+                                return set(epoch_ended());
+                            };
+                            own = arm_own_watch(epoch, path.clone(), czxid, gate.clone());
+                            continue;
+                        }
+                    };
+                    backoff = Duration::from_millis(20);
+                    let event = tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return Some(Box::pin(std::future::ready(Checked::Armed(watch))) as OwnCheck),
+                        _ = epoch_token.cancelled() => return set(epoch_ended()),
+                        event = &mut watch => event,
+                    };
+                    match event.event_type {
+                        zk::EventType::Session => return set(epoch_ended()),
+                        zk::EventType::NodeDeleted => return set(LossReason::NodeDeleted),
+                        _ => {
+                            // Anything else (a stale NodeCreated of an earlier exists watch in
+                            // this session, a data change): look again and re-arm.
+                            let Some(epoch) = epoch_weak.upgrade() else {
+                                return set(epoch_ended());
+                            };
+                            own = arm_own_watch(epoch, path.clone(), czxid, gate.clone());
+                        }
+                    }
+                }
+            })
+        };
+        let kind = crate::observe::kind_of(&name);
+        let span = tracing::info_span!(target: "zk_recipes", "hold", path = %path, node = %name.name, fencing_token = czxid);
+        Holding {
+            session: session.clone(),
+            session_id: epoch.session_id,
+            epoch_token: epoch.lost_token().clone(),
+            epoch_reason: epoch.reason_cell(),
+            epoch: Arc::downgrade(&epoch),
+            path,
+            name,
+            czxid,
+            lost,
+            reason,
+            stop_monitor,
+            monitor: Some(monitor),
+            gate,
+            released: false,
+            on_end: None,
+            mark_release: true,
+            verify_czxid: false,
+            kind,
+            since: Instant::now(),
+            span,
+            lost_at_end: None,
+        }
+    }
+
+    /// Whether the release (explicit or on drop) marks the node before deleting it (default
+    /// `true`). Leader election turns it off by default: Curator's LeaderLatch only reacts to
+    /// NodeDeleted, so a marked release would leave a Curator follower waiting forever.
+    pub(crate) fn with_release_mark(mut self, mark: bool) -> Holding {
+        self.mark_release = mark;
+        self
+    }
+
+    /// For a node path that later holders reuse (the simple lock): release only after checking
+    /// that the node there is still ours (same czxid), never someone else's.
+    pub(crate) fn with_shared_path(mut self) -> Holding {
+        self.verify_czxid = true;
+        self
+    }
+
+    /// Runs `f` once when this holding ends (released, dropped).
+    pub(crate) fn on_end(mut self, f: impl FnOnce() + Send + Sync + 'static) -> Holding {
+        self.on_end = Some(Box::new(f));
+        self
+    }
+
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+    pub(crate) fn name(&self) -> &NodeName {
+        &self.name
+    }
+    pub(crate) fn fencing_token(&self) -> i64 {
+        self.czxid
+    }
+    pub(crate) fn session_id(&self) -> i64 {
+        self.session_id
+    }
+    pub(crate) fn lost_token(&self) -> &CancellationToken {
+        &self.lost
+    }
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        let reason = *self.reason.lock().unwrap();
+        reason.or_else(|| self.epoch_lost())
+    }
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled() || self.epoch_lost().is_some()
+    }
+    /// Why our epoch is over, read synchronously: the monitor may not have run yet, e.g. in
+    /// a process resumed after a pause past the `Grace` deadline.
+    fn epoch_lost(&self) -> Option<LossReason> {
+        if self.released {
+            return None;
+        }
+        let over = self.epoch_token.is_cancelled()
+            || self.epoch.upgrade().is_some_and(|e| e.grace_passed());
+        over.then(|| {
+            self.epoch_reason
+                .lock()
+                .unwrap()
+                .unwrap_or(LossReason::ConnectionLost)
+        })
+    }
+    pub(crate) fn epoch(&self) -> Option<Arc<Epoch>> {
+        self.epoch
+            .upgrade()
+            .filter(|e| !e.lost_token().is_cancelled())
+    }
+
+    /// Releases: marked (one notification hands the lock on) or plain, see `release_node`.
+    pub(crate) async fn release(mut self) -> Result<()> {
+        if self.is_lost() {
+            self.lost_at_end = self.loss_reason();
+        }
+        self.released = true;
+        let span = tracing::info_span!(target: "zk_recipes", parent: &self.span, "release", path = %self.path, node = %self.name.name);
+        let _entered = span.enter();
+        self.stop_monitor.cancel();
+        let monitor = self.monitor.take();
+        if self.is_lost() {
+            return Err(Error::LockLost(
+                self.loss_reason().unwrap_or(LossReason::SessionExpired),
+            ));
+        }
+        let Some(epoch) = self.epoch() else {
+            return Err(Error::LockLost(LossReason::SessionExpired));
+        };
+        let verify = self.verify_czxid.then_some(self.czxid);
+        let result = release_retrying(
+            &epoch,
+            &self.path,
+            self.mark_release,
+            verify,
+            &self.gate,
+            monitor,
+        )
+        .await;
+        self.lost.cancel();
+        match result {
+            Ok(()) => Ok(()),
+            Err(zk::Error::NoNode) => Err(Error::LockLost(LossReason::NodeDeleted)),
+            // The session ended under us: the node went with it.
+            Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => Err(Error::LockLost(
+                self.loss_reason().unwrap_or(LossReason::SessionExpired),
+            )),
+            Err(err) => Err(Error::zk("release", &self.path, err)),
+        }
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        if !self.released && self.is_lost() {
+            self.lost_at_end = self.loss_reason();
+        }
+        crate::observe::hold_ended(self.kind, self.since.elapsed(), self.lost_at_end);
+        if let Some(f) = self.on_end.take() {
+            f();
+        }
+        if self.released {
+            return;
+        }
+        self.stop_monitor.cancel();
+        if self.lost.is_cancelled() {
+            // Lost: the node is gone or not ours to delete any more.
+            return;
+        }
+        let Some(epoch) = self.epoch() else { return };
+        let path = self.path.clone();
+        let monitor = self.monitor.take();
+        let mark = self.mark_release;
+        let verify = self.verify_czxid.then_some(self.czxid);
+        let gate = self.gate.clone();
+        self.lost.cancel();
+        self.session.spawn_tracked(async move {
+            match release_retrying(&epoch, &path, mark, verify, &gate, monitor).await {
+                Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
+                Err(err) => tracing::warn!(path, %err, "release on drop failed; the node goes with the session"),
+            }
+        });
+    }
+}
+
+/// What arming the own-node watch found.
+pub(crate) enum Checked {
+    /// Our node is there (same czxid) and watched.
+    Armed(WatchFuture),
+    /// Our node is gone or is someone else's.
+    Missing,
+    /// The request failed (connection): no watch.
+    Failed,
+    /// Not sent: the release was queued first.
+    Gated,
+}
+
+/// An own-node `exists` watch, armed (or found gated) on its first poll.
+pub(crate) type OwnCheck = Pin<Box<dyn Future<Output = Checked> + Send>>;
+
+/// Sets the `exists` watch on our own node, unless the release is already queued: the gate
+/// orders the two, so no watch is ever set on a node after our own delete (ZooKeeper would
+/// keep such an `exists` watch, waiting for the node to be created again).
+fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bool>>) -> OwnCheck {
+    Box::pin(async move {
+        let check = {
+            let closed = gate.lock().unwrap();
+            if *closed {
+                return Checked::Gated;
+            }
+            epoch.check_and_watch_stat(&path)
+        };
+        match check.await {
+            Ok((Some(stat), w)) if stat.czxid == czxid => Checked::Armed(Box::pin(w.changed())),
+            Ok(_) => Checked::Missing,
+            Err(_) => Checked::Failed,
+        }
+    })
+}
+
+/// [`release_node`], retried after a failure whose outcome is unknown (a connection blip) for
+/// as long as the epoch lives: a release lost in a blip would otherwise leave the node, and
+/// the lock, held until the session ends. A retry after a release that was applied after all
+/// finds the node gone (`NoNode`, or another czxid at a shared path).
+async fn release_retrying(
+    epoch: &Epoch,
+    path: &str,
+    mark: bool,
+    verify: Option<i64>,
+    gate: &Mutex<bool>,
+    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+) -> std::result::Result<(), zk::Error> {
+    let mut result = release_node(epoch, path, mark, verify, gate, monitor).await;
+    let mut backoff = Duration::from_millis(20);
+    let mut retried = false;
+    while matches!(&result, Err(e) if is_unknown(e)) && !epoch.is_over() {
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = epoch.lost_token().cancelled() => break,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+        retried = true;
+        result = release_node(epoch, path, mark, verify, gate, None).await;
+    }
+    match result {
+        // Our first attempt was applied after all.
+        Err(zk::Error::NoNode) if retried => Ok(()),
+        other => other,
+    }
+}
+
+/// Deletes our node, marked (set + delete in one multi, so a waiter takes over on one
+/// notification) or plain; with `verify`, only if the node at `path` still has that czxid
+/// (a path reused by later holders). The release is queued under the gate, then our own-node
+/// watch (handed back by the stopped monitor) is left to be used up by our own write: no
+/// RemoveWatches request, and the monitor is not waited for before the release is sent.
+async fn release_node(
+    epoch: &Epoch,
+    path: &str,
+    mark: bool,
+    verify: Option<i64>,
+    gate: &Mutex<bool>,
+    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+) -> std::result::Result<(), zk::Error> {
+    let mut version = None;
+    if let Some(czxid) = verify {
+        *gate.lock().unwrap() = true;
+        match epoch.check_stat(path).await? {
+            Some(stat) if stat.czxid == czxid => version = Some(stat.version),
+            _ => return Err(zk::Error::NoNode),
+        }
+    }
+    let released = {
+        let mut closed = gate.lock().unwrap();
+        *closed = true;
+        if mark {
+            futures::future::Either::Left(epoch.set_and_delete(path, RELEASE_MARK, version))
+        } else {
+            futures::future::Either::Right(epoch.delete(path, version))
+        }
+    };
+    let own = match monitor {
+        Some(m) => m.await.ok().flatten(),
+        None => None,
+    };
+    let result = released.await;
+    if let Some(own) = own {
+        // The watch fires with our own write (before its reply); an unsent check is Gated.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            if let Checked::Armed(w) = own.await {
+                w.await;
+            }
+        })
+        .await;
+    }
+    result
+}

@@ -1,0 +1,246 @@
+//! The contender queue every queue-based recipe stands on (fair lock, semaphore, read/write
+//! lock, leader election).
+//!
+//! # Znode layout
+//!
+//! One directory per lock; each contender is an EPHEMERAL_SEQUENTIAL child named as in
+//! [`crate::path`] (Curator's `_c_<uuid>-lock-<seq>` by default). Contenders are ordered by the
+//! sequence suffix, which the parent assigns in creation order.
+//!
+//! # Algorithm
+//!
+//! 1. **One round trip to enter.** `create` and `get_children(dir)` are queued back to back on
+//!    the session without awaiting the first; ZooKeeper answers a session's requests in order,
+//!    so the listing already contains our node. Missing parents are made as CONTAINER nodes
+//!    (the server reaps them once empty) and the pair is sent again.
+//! 2. **Who blocks us.** A [`Rule`] says which lower nodes block us: all of them (exclusive
+//!    lock, writer, election), the lower writers (reader), or "at least `permits` of them"
+//!    (semaphore). Lower sequence numbers never reappear, so the snapshot we read can only
+//!    shrink: we never need to list again to learn about *new* blockers.
+//! 3. **No herd.** We watch the nearest blocker with an `exists` watch, plus our own node (to
+//!    notice it being deleted by someone else). A semaphore waiter with exactly `permits`
+//!    members below it is the head of the queue and watches all of them (each holds a lease;
+//!    whichever leaves first frees the one it needs, whatever the release order); a waiter
+//!    further back watches only its predecessor, which bumps its node's version when it is
+//!    granted, so the waiter behind learns that it is the head now. A release wakes one
+//!    waiter; a head that was granted keeps the other holders' watches until they fire once.
+//! 4. **One notification per hand-off.** Our release is one `multi`: `set_data(node, MARK)` then
+//!    `delete(node)`, and a waiter whose watch fires NodeDataChanged on an exclusive node (a
+//!    lock, writer or leader node) takes the lock with no request at all. Why that is sound:
+//!    * *Only the node's own session can change its data.* Contender nodes are created with
+//!      an ACL that grants WRITE and ADMIN to a digest identity that only our session manager
+//!      knows (a random user and password per [`Session`], sent as an auth packet on every
+//!      connection); anyone else keeps READ and, from the parent, DELETE. A foreign `set` (an
+//!      operator, Curator's `Revoker`) fails with `NoAuth`. Such nodes say so in their name
+//!      (a version-8 protection id, which Curator's `UUID.randomUUID()` and kazoo's `uuid4`
+//!      never make: [`NodeName::is_owner_write_only`]); a data change on any other node is
+//!      re-checked like a blip, never taken as a release.
+//!    * *Our session writes a lock node's data only in its release*, in the transaction that
+//!      deletes it, and a release happens only while the node holds. (A semaphore lease's
+//!      version bump is not a release; the semaphore never uses the shortcut.)
+//!    * *A node that held alone had nothing below it*: lower sequence numbers never come
+//!      back, so when the watched node held, every node below it (all of which were below us
+//!      too) was already gone, and it was the last one below us. So the mark, seen on the
+//!      node we watch, proves that nothing below us exists; only our own node remains to be
+//!      checked, which the own-node watch does (its event is delivered first if the node went
+//!      in the same window).
+//!
+//!    On a plain deletion (a cancelled waiter, an expired session, a Curator or kazoo holder,
+//!    or a released reader) the waiter walks back through the nodes it already read, one
+//!    `exists` each, and re-lists only after several in a row are gone. Before it takes the
+//!    lock after a plain deletion it checks, with one more `exists`, that its own node is
+//!    still there: an administrator deleting the directory deletes both, and the event for
+//!    ours may still be on its way. Curator and kazoo re-list every child at each wake-up
+//!    instead: O(N) per hand-off.
+//! 5. **Ownership.** A node counts as ours only in the epoch (session) that created it, with
+//!    `ephemeralOwner` equal to that session id, and a grant is given only while that epoch
+//!    lives (a create answered after the loss policy gave up re-queues). When the epoch ends,
+//!    a waiter re-queues in the next session (at the back) after deleting any node the old
+//!    session may have left; a holder is told through `lost()`. The holder's own-node watch
+//!    is armed again after any failed arming for as long as the epoch lives, so a deletion is
+//!    never missed. A node left behind by an abandoned acquire is deleted in the background,
+//!    retried while the epoch lives.
+//! 6. **One path, one kind.** Contenders of other recipes (or a semaphore with another permit
+//!    count, stored in the directory's data by the first contender) would not exclude us: the
+//!    listing of step 1 shows them, and we refuse with [`Error::PathInUse`] after removing
+//!    our node.
+//! 7. **Connection loss during create.** The name carries a random protection id chosen before
+//!    the request is sent; when the outcome is unknown we look for the id among the children:
+//!    found in our session, it is ours; anything else is deleted, never adopted.
+
+mod acquire;
+mod cleanup;
+mod contenders;
+mod holding;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use zookeeper_client as zk;
+
+use crate::error::Result;
+use crate::path::{validate_path, Layout, NodeKind, NodeName};
+use crate::session::Epoch;
+
+pub(crate) use acquire::acquire;
+pub(crate) use cleanup::{decide_fixed, find_by_protection, Abandoned, Fixed};
+pub(crate) use contenders::contenders;
+pub use contenders::{list_contenders, Contender};
+pub(crate) use holding::Holding;
+
+/// The data our release writes just before deleting a contender node.
+pub(crate) const RELEASE_MARK: &[u8] = b"\x00zk-recipes:released";
+
+/// A boxed one-shot watch.
+pub(crate) type WatchFuture = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
+/// Which lower nodes block a contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// Every lower contender blocks (fair lock, writer, leader election).
+    Exclusive,
+    /// Lower exclusive nodes (locks, writers) block; lower readers do not.
+    Read,
+    /// Granted while fewer than `permits` lower contenders exist (semaphore).
+    Permits(usize),
+}
+
+/// How an acquire waits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    /// Never wait: `WouldBlock` if not granted at once.
+    Try,
+    /// Wait until the deadline (if any).
+    Until(Option<Instant>),
+}
+
+/// Which node kinds take part in a queue, and which one we create.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueSpec {
+    pub(crate) dir: String,
+    pub(crate) layout: Layout,
+    pub(crate) kind: NodeKind,
+    pub(crate) members: &'static [NodeKind],
+    pub(crate) rule: Rule,
+    pub(crate) data: Vec<u8>,
+    pub(crate) acls: Vec<zk::Acl>,
+    pub(crate) requeue_on_expiry: bool,
+}
+
+/// Node kinds that take part in a lock directory (Curator and kazoo locks, read/write nodes).
+pub(crate) const LOCK_MEMBERS: &[NodeKind] = &[NodeKind::Lock, NodeKind::Read, NodeKind::Write];
+
+impl QueueSpec {
+    fn is_member(&self, n: &NodeName) -> bool {
+        self.members.contains(&n.kind)
+    }
+
+    /// Whether a node of this kind, when it holds, holds alone.
+    fn holds_alone(kind: NodeKind) -> bool {
+        matches!(kind, NodeKind::Lock | NodeKind::Write | NodeKind::Latch)
+    }
+
+    fn blocks(&self, n: &NodeName) -> bool {
+        match self.rule {
+            Rule::Read => Self::holds_alone(n.kind),
+            _ => true,
+        }
+    }
+
+    /// Given the lower members (ascending), the nodes to watch: none when granted. One node
+    /// (the nearest blocker) for locks, writers, readers and elections. A semaphore waiter
+    /// with exactly `permits` members below is the head of the queue and watches all of them
+    /// (each is a holder: whichever leaves first frees the permit it needs); one further back
+    /// watches only its predecessor, which bumps its node's version when it is granted (see
+    /// `Waiter::grant_if_first`) so the waiter behind becomes the head. Each release thus
+    /// wakes the head alone, whatever the order holders leave in.
+    fn watch_targets(&self, lower: &[NodeName]) -> Vec<NodeName> {
+        match self.rule {
+            Rule::Exclusive => lower.last().cloned().into_iter().collect(),
+            Rule::Read => lower
+                .iter()
+                .rev()
+                .find(|n| self.blocks(n))
+                .cloned()
+                .into_iter()
+                .collect(),
+            Rule::Permits(p) if lower.len() < p => Vec::new(),
+            Rule::Permits(p) if lower.len() == p => lower.to_vec(),
+            Rule::Permits(_) => lower.last().cloned().into_iter().collect(),
+        }
+    }
+
+    /// Whether to re-list, rather than walk back, once `gone` has left. A semaphore waiter
+    /// must (other leases may have gone too). So does a waiter behind a reader: readers leave
+    /// in any order, so the ones below are likely gone as well, and one listing beats an
+    /// `exists` per departed reader. Below an exclusive node, walking back is one `exists`.
+    fn relist_after(&self, gone: &NodeName) -> bool {
+        matches!(self.rule, Rule::Permits(_)) || !Self::holds_alone(gone.kind)
+    }
+
+    /// Whether a release mark on `watched` proves we hold the lock now.
+    fn mark_grants(&self, watched: &NodeName) -> bool {
+        !matches!(self.rule, Rule::Permits(_)) && Self::holds_alone(watched.kind)
+    }
+}
+
+/// A node granted to us.
+pub(crate) struct Granted {
+    pub(crate) epoch: Arc<Epoch>,
+    pub(crate) path: String,
+    pub(crate) name: NodeName,
+    pub(crate) czxid: i64,
+    /// Our own-node watch, if set while waiting (saves a request on a marked hand-off).
+    pub(crate) own_watch: Option<WatchFuture>,
+}
+
+pub(crate) fn default_spec(
+    path: &str,
+    kind: NodeKind,
+    members: &'static [NodeKind],
+    rule: Rule,
+) -> Result<QueueSpec> {
+    validate_path(path)?;
+    Ok(QueueSpec {
+        dir: path.to_string(),
+        layout: Layout::Curator,
+        kind,
+        members,
+        rule,
+        data: Vec::new(),
+        acls: zk::Acls::anyone_all().to_vec(),
+        requeue_on_expiry: true,
+    })
+}
+
+/// Lock options shared by the queue recipes, as consuming `with_*` setters.
+macro_rules! queue_options {
+    ($ty:ty) => {
+        impl $ty {
+            /// Data stored in our contender node, e.g. a worker id shown by `contenders()` and
+            /// `zkr holders` (default: empty).
+            pub fn with_data(mut self, data: impl Into<Vec<u8>>) -> Self {
+                std::sync::Arc::make_mut(&mut self.spec).data = data.into();
+                self
+            }
+
+            /// The ACL of our nodes and of the parents we create (default: open to anyone).
+            /// With a digest ACL, sessions without the credentials can neither take the lock
+            /// nor delete a holder's node.
+            pub fn with_acls(mut self, acls: &[zookeeper_client::Acl]) -> Self {
+                std::sync::Arc::make_mut(&mut self.spec).acls = acls.to_vec();
+                self
+            }
+
+            /// Whether a waiter whose session expires re-queues by itself in the next session
+            /// (default `true`); with `false` it fails with `Error::SessionExpired`.
+            pub fn requeue_on_expiry(mut self, requeue: bool) -> Self {
+                std::sync::Arc::make_mut(&mut self.spec).requeue_on_expiry = requeue;
+                self
+            }
+        }
+    };
+}
+pub(crate) use queue_options;
