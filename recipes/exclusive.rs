@@ -175,7 +175,6 @@ impl ExclusiveLock {
         try_only: bool,
     ) -> Result<LockGuard> {
         let path: &str = &self.path;
-        let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.acls));
         let sleep_until = |d: Option<Instant>| async move {
             match d {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -198,6 +197,9 @@ impl ExclusiveLock {
                 _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
             };
             let mut undo = Abandoned::fixed(&self.session, &epoch, path, serial);
+            // Only our session may write the node's data or ACL (see `Epoch::contender_acls`).
+            let acls = epoch.contender_acls(&self.acls);
+            let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&acls));
             let created = epoch.create(path, &self.data, &options).await;
             let outcome = match created {
                 Ok((stat, _)) => {
@@ -293,10 +295,11 @@ impl ExclusiveLock {
             czxid,
             own_watch: None,
         };
-        let session = self.session.clone();
+        // A plain delete: waiters of this lock wait for the node to go, whatever the event.
         let holding = Holding::new(&self.session, granted)
             .with_shared_path()
-            .on_end(move || session.unclaim(czxid));
+            .with_release_mark(false)
+            .claimed();
         LockGuard::new(holding)
     }
 }

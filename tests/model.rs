@@ -1718,3 +1718,29 @@ async fn regression_seed_205_failed_release_leaves_the_node_behind() {
 async fn regression_seed_149_dropped_guard_release_cut_once_blocks_for_ever() {
     replay(149, 3).await;
 }
+
+// Found by the first 2,500-schedule soak (seeds 1001..3500) after the holes above were fixed.
+
+/// A simple lock's holder dropped its guard: its czxid was unclaimed before the background
+/// release had deleted the node, so an acquire of the same session whose create had an
+/// unknown outcome took that node for its own (the same token granted twice), and the release
+/// then deleted it under the new holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_2769_simple_lock_node_taken_while_its_release_is_on_the_way() {
+    replay(2769, 3).await;
+}
+
+/// Another interleaving of the same: the node of a live simple-lock guard deleted by the
+/// release of the guard that held it before, in the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_2203_simple_lock_release_deletes_the_next_guards_node() {
+    replay(2203, 3).await;
+}
+
+/// A foreign `__REVOKE__` write on the simple lock's node (then open to writes) made its
+/// version-checked release fail with BadVersion, never retried: the node stayed for the
+/// session's life and every later acquire waited for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_1730_foreign_write_on_a_simple_lock_strands_its_release() {
+    replay(1730, 3).await;
+}

@@ -33,7 +33,10 @@ pub(crate) struct Holding {
     /// Closed (true) once our release is queued: no own-node watch is set after that.
     gate: Arc<Mutex<bool>>,
     released: bool,
-    on_end: Option<Box<dyn FnOnce() + Send + Sync>>,
+    /// The node's czxid is claimed in the session (the simple lock, see
+    /// [`Session::claim`]): given up only once the node is gone, never while our release may
+    /// still be on its way (another acquire of the session would take the node for its own).
+    claimed: bool,
     /// Whether the release writes the mark before deleting (default); see `with_release_mark`.
     mark_release: bool,
     /// The node path is reused by later holders (the simple lock): check the czxid first.
@@ -167,7 +170,7 @@ impl Holding {
             monitor: Some(monitor),
             gate,
             released: false,
-            on_end: None,
+            claimed: false,
             mark_release: true,
             verify_czxid: false,
             kind,
@@ -192,10 +195,16 @@ impl Holding {
         self
     }
 
-    /// Runs `f` once when this holding ends (released, dropped).
-    pub(crate) fn on_end(mut self, f: impl FnOnce() + Send + Sync + 'static) -> Holding {
-        self.on_end = Some(Box::new(f));
+    /// The node's czxid is claimed in the session: unclaim it once the node is gone.
+    pub(crate) fn claimed(mut self) -> Holding {
+        self.claimed = true;
         self
+    }
+
+    fn unclaim(&mut self) {
+        if std::mem::take(&mut self.claimed) {
+            self.session.unclaim(self.czxid);
+        }
     }
 
     pub(crate) fn path(&self) -> &str {
@@ -252,11 +261,13 @@ impl Holding {
         self.stop_monitor.cancel();
         let monitor = self.monitor.take();
         if self.is_lost() {
+            self.unclaim();
             return Err(Error::LockLost(
                 self.loss_reason().unwrap_or(LossReason::SessionExpired),
             ));
         }
         let Some(epoch) = self.epoch() else {
+            self.unclaim();
             return Err(Error::LockLost(LossReason::SessionExpired));
         };
         let verify = self.verify_czxid.then_some(self.czxid);
@@ -270,6 +281,7 @@ impl Holding {
         )
         .await;
         self.lost.cancel();
+        self.unclaim();
         match result {
             Ok(()) => Ok(()),
             Err(zk::Error::NoNode) => Err(Error::LockLost(LossReason::NodeDeleted)),
@@ -288,18 +300,20 @@ impl Drop for Holding {
             self.lost_at_end = self.loss_reason();
         }
         crate::observe::hold_ended(self.kind, self.since.elapsed(), self.lost_at_end);
-        if let Some(f) = self.on_end.take() {
-            f();
-        }
         if self.released {
             return;
         }
         self.stop_monitor.cancel();
         if self.lost.is_cancelled() {
             // Lost: the node is gone or not ours to delete any more.
+            self.unclaim();
             return;
         }
-        let Some(epoch) = self.epoch() else { return };
+        let Some(epoch) = self.epoch() else {
+            self.unclaim();
+            return;
+        };
+        let unclaim = std::mem::take(&mut self.claimed).then(|| (self.session.clone(), self.czxid));
         let path = self.path.clone();
         let monitor = self.monitor.take();
         let mark = self.mark_release;
@@ -310,6 +324,9 @@ impl Drop for Holding {
             match release_retrying(&epoch, &path, mark, verify, &gate, monitor).await {
                 Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
                 Err(err) => tracing::warn!(path, %err, "release on drop failed; the node goes with the session"),
+            }
+            if let Some((session, czxid)) = unclaim {
+                session.unclaim(czxid);
             }
         });
     }
@@ -365,7 +382,19 @@ async fn release_retrying(
     let mut result = release_node(epoch, path, mark, verify, gate, monitor).await;
     let mut backoff = Duration::from_millis(20);
     let mut retried = false;
-    while matches!(&result, Err(e) if is_unknown(e)) && !epoch.is_over() {
+    // At a shared path the delete is conditional on the version read just before it: a data
+    // change in between (only a super user could make one: the node is ours alone) is met
+    // by reading again.
+    let mut changed = 0;
+    let again = |result: &std::result::Result<(), zk::Error>, changed: &mut u32| match result {
+        Err(e) if is_unknown(e) => true,
+        Err(zk::Error::BadVersion) if verify.is_some() && *changed < 10 => {
+            *changed += 1;
+            true
+        }
+        _ => false,
+    };
+    while again(&result, &mut changed) && !epoch.is_over() {
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = epoch.lost_token().cancelled() => break,
