@@ -169,7 +169,7 @@ impl Election {
     /// Whether a waiting candidate whose session expires re-queues by itself in the next
     /// session (default `true`); with `false`, [`campaign`](Self::campaign) fails with
     /// [`Error::SessionExpired`].
-    pub fn requeue_on_expiry(mut self, requeue: bool) -> Self {
+    pub fn with_requeue_on_expiry(mut self, requeue: bool) -> Self {
         Arc::make_mut(&mut self.spec).requeue_on_expiry = requeue;
         self
     }
@@ -206,7 +206,7 @@ impl Election {
     ///
     /// * [`Error::Closed`] if the session is closed.
     /// * [`Error::SessionExpired`] if the session expired while waiting and
-    ///   [`requeue_on_expiry(false)`](Self::requeue_on_expiry) was set.
+    ///   [`with_requeue_on_expiry(false)`](Self::with_requeue_on_expiry) was set.
     /// * [`Error::NoAuth`] if the path's ACL does not let this session create children.
     /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
     /// * [`Error::ZooKeeper`] for other failures of the server.

@@ -23,7 +23,7 @@
 //! # Fairness
 //!
 //! Grants follow creation order. A waiter whose session expires re-queues at the back in the
-//! new session (or fails with [`Error::SessionExpired`] with `requeue_on_expiry(false)`).
+//! new session (or fails with [`Error::SessionExpired`] with `with_requeue_on_expiry(false)`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,7 +99,7 @@ impl FairLock {
     ///
     /// * [`Error::Closed`] if the session is closed.
     /// * [`Error::SessionExpired`] if the session expired while waiting and
-    ///   `requeue_on_expiry(false)` was set.
+    ///   `with_requeue_on_expiry(false)` was set.
     /// * [`Error::NoAuth`] if the ACL of the path does not let this session create children.
     /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
     ///

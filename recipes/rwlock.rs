@@ -178,7 +178,7 @@ impl RwLock {
     ///
     /// * [`Error::Closed`] if the session is closed.
     /// * [`Error::SessionExpired`] if the session expired while waiting and
-    ///   `requeue_on_expiry(false)` was set.
+    ///   `with_requeue_on_expiry(false)` was set.
     /// * [`Error::NoAuth`] if the ACL of the path does not let this session create children.
     /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
     ///
@@ -305,6 +305,11 @@ impl RwLock {
 /// reports errors. [`lost`](Self::lost) resolves if the lock is lost while held (session expired,
 /// the loss policy gave up, node deleted by someone else). Not `Clone`.
 ///
+/// There is no upgrade to a write lock: it cannot be offered without deadlock, since two
+/// readers that both asked to upgrade would each wait for the other to leave. Release the read
+/// lock and call [`RwLock::write`] instead, then re-read what you based your decision on, since
+/// another writer may have come first. (The opposite way is safe: [`WriteGuard::downgrade`].)
+///
 /// # Examples
 ///
 /// ```no_run
@@ -419,33 +424,6 @@ impl ReadGuard {
     /// then excludes readers too, until released.
     pub fn is_exclusive(&self) -> bool {
         self.exclusive
-    }
-
-    /// Always refused with [`Error::Unsupported`]; the read lock stays held.
-    ///
-    /// Upgrading cannot be offered without deadlock: two readers that both asked to upgrade
-    /// would each wait for the other to leave. Release the read lock and call
-    /// [`RwLock::write`] instead, then re-read what you based your decision on, since another
-    /// writer may have come first.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unsupported`], always.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn f(lock: zk_recipes::RwLock) -> zk_recipes::Result<()> {
-    /// let read = lock.read().await?;
-    /// assert!(matches!(read.upgrade(), Err(zk_recipes::Error::Unsupported(_))));
-    /// read.release().await?; // the release-and-queue alternative:
-    /// let write = lock.write().await?;
-    /// # drop(write); Ok(()) }
-    /// ```
-    pub fn upgrade(&self) -> Result<WriteGuard> {
-        Err(Error::Unsupported(
-            "a read lock cannot be upgraded (two upgrading readers would wait for each other): release it and call write()",
-        ))
     }
 }
 

@@ -410,7 +410,7 @@ async fn holder_expiry_is_reported_and_handed_on() {
 }
 
 /// A waiter's session expires: it re-queues by itself in the new session and gets the lock;
-/// with requeue_on_expiry(false) it fails with SessionExpired instead. No orphan either way.
+/// with with_requeue_on_expiry(false) it fails with SessionExpired instead. No orphan either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_expiry_requeues_or_fails() {
     let root = unique_root("waiter-expiry");
@@ -418,7 +418,9 @@ async fn waiter_expiry_requeues_or_fails() {
     let held = FairLock::new(&h, &root).unwrap().lock().await.unwrap();
     let (w, proxy) = session_via_proxy(Duration::from_secs(2), LossPolicy::Grace).await;
     let requeuing = FairLock::new(&w, &root).unwrap();
-    let strict = FairLock::new(&w, &root).unwrap().requeue_on_expiry(false);
+    let strict = FairLock::new(&w, &root)
+        .unwrap()
+        .with_requeue_on_expiry(false);
     let t1 = tokio::spawn(async move { requeuing.lock().await });
     let t2 = tokio::spawn(async move { strict.lock().await });
     for _ in 0..100 {

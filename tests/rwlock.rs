@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use zk_recipes::testing::{
     expire_session, monotonic_nanos, shared_server, unique_root, FaultProxy,
 };
-use zk_recipes::{Error, Layout, NodeKind, NodeName, ReadGuard, RwLock, Session, WriteGuard};
+use zk_recipes::{Error, Layout, NodeKind, NodeName, RwLock, Session};
 
 /// Upper bound of every single wait in these tests.
 const BOUND: Duration = Duration::from_secs(20);
@@ -696,33 +696,6 @@ async fn downgrade_racing_an_arriving_writer_never_lets_it_in() {
     }
     check(&all).assert_clean("downgrade racing a writer");
     println!("downgrades: {clean} placed a read node, {kept} kept the write node");
-    s1.close().await;
-    s2.close().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upgrade_is_refused_and_the_read_lock_stays() {
-    let root = unique_root("rw-upgrade");
-    let (s1, s2) = (session().await, session().await);
-    let lock = RwLock::new(&s1, &root).unwrap();
-    let other = RwLock::new(&s2, &root).unwrap();
-    let r: ReadGuard = bounded("read", lock.read()).await.unwrap();
-    let refused: zk_recipes::Result<WriteGuard> = r.upgrade();
-    assert!(
-        matches!(refused, Err(Error::Unsupported(_))),
-        "expected Err(Unsupported), got {refused:?}"
-    );
-    // The read lock is still held: a writer cannot get in.
-    assert!(!r.is_lost());
-    assert_eq!(
-        bounded("try_write", other.try_write()).await.unwrap_err(),
-        Error::WouldBlock
-    );
-    r.release().await.unwrap();
-    let w = bounded("try_write", other.try_write())
-        .await
-        .expect("free after release");
-    w.release().await.unwrap();
     s1.close().await;
     s2.close().await;
 }

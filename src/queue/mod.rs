@@ -236,7 +236,7 @@ macro_rules! queue_options {
 
             /// Whether a waiter whose session expires re-queues by itself in the next session
             /// (default `true`); with `false` it fails with `Error::SessionExpired`.
-            pub fn requeue_on_expiry(mut self, requeue: bool) -> Self {
+            pub fn with_requeue_on_expiry(mut self, requeue: bool) -> Self {
                 std::sync::Arc::make_mut(&mut self.spec).requeue_on_expiry = requeue;
                 self
             }

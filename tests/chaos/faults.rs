@@ -457,7 +457,7 @@ async fn holder_server(ctx: &mut Ctx, pause: bool) -> Vec<Row> {
 }
 
 /// Expires (server-side close, as `FaultProxy::expire` does) a waiter that re-queues, a waiter
-/// with `requeue_on_expiry(false)`, then the holder. The holder's lock is gone the moment its
+/// with `with_requeue_on_expiry(false)`, then the holder. The holder's lock is gone the moment its
 /// session is closed, before it can know: its hold is trusted up to the expiry, its later
 /// writes are fenced.
 async fn expire_sessions(ctx: &mut Ctx) -> Vec<Row> {
@@ -863,7 +863,7 @@ async fn drop_during_create(ctx: &mut Ctx) -> Vec<Row> {
 }
 
 /// Every member dies (SIGKILL) for longer than the session timeout and comes back. Holders
-/// must be told; waiters re-queue, or (half of them, with `requeue_on_expiry(false)`) fail
+/// must be told; waiters re-queue, or (half of them, with `with_requeue_on_expiry(false)`) fail
 /// with `SessionExpired`.
 async fn restart_ensemble(ctx: &mut Ctx) -> Vec<Row> {
     heal(&mut ctx.cluster);

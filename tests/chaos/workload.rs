@@ -180,24 +180,24 @@ impl Handle {
                 FairLock::new(session, dir)
                     .unwrap()
                     .with_data(who)
-                    .requeue_on_expiry(requeue),
+                    .with_requeue_on_expiry(requeue),
             ),
             Recipe::Sem => Handle::Sem(
                 Semaphore::new(session, dir, PERMITS)
                     .unwrap()
                     .with_data(who)
-                    .requeue_on_expiry(requeue),
+                    .with_requeue_on_expiry(requeue),
             ),
             Recipe::Rw => Handle::Rw(
                 RwLock::new(session, dir)
                     .unwrap()
                     .with_data(who)
-                    .requeue_on_expiry(requeue),
+                    .with_requeue_on_expiry(requeue),
             ),
             Recipe::Elect => Handle::Elect(
                 Election::new(session, dir, who)
                     .unwrap()
-                    .requeue_on_expiry(requeue),
+                    .with_requeue_on_expiry(requeue),
             ),
         }
     }
