@@ -57,9 +57,9 @@
 //! # Why there is no upgrade
 //!
 //! Two readers that both wanted to upgrade would each wait for the other to leave: a deadlock
-//! no ordering can break. [`ReadGuard::upgrade`] therefore always fails with
-//! [`Error::Unsupported`]; release the read lock and queue for the write lock instead, and
-//! re-check what was read, since others may have written in between.
+//! no ordering can break. So a [`ReadGuard`] offers no upgrade: release the read lock and
+//! queue for the write lock instead, and re-check what was read, since others may have written
+//! in between.
 //!
 //! # Loss, expiry, ownership, cancellation
 //!
