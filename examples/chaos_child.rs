@@ -91,61 +91,6 @@ enum Handle {
     Elect(Election),
 }
 
-/// What a round holds: every guard type offers the same four operations.
-enum Held {
-    Guard(zk_recipes::LockGuard),
-    Read(zk_recipes::ReadGuard),
-    Write(zk_recipes::WriteGuard),
-    Lead(zk_recipes::Leadership),
-}
-
-impl Held {
-    fn path(&self) -> &str {
-        match self {
-            Held::Guard(g) => g.path(),
-            Held::Read(g) => g.path(),
-            Held::Write(g) => g.path(),
-            Held::Lead(g) => g.path(),
-        }
-    }
-
-    fn token(&self) -> i64 {
-        match self {
-            Held::Guard(g) => g.fencing_token(),
-            Held::Read(g) => g.fencing_token(),
-            Held::Write(g) => g.fencing_token(),
-            Held::Lead(g) => g.fencing_token(),
-        }
-    }
-
-    fn is_lost(&self) -> bool {
-        match self {
-            Held::Guard(g) => g.is_lost(),
-            Held::Read(g) => g.is_lost(),
-            Held::Write(g) => g.is_lost(),
-            Held::Lead(g) => g.is_lost(),
-        }
-    }
-
-    fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
-        match self {
-            Held::Guard(g) => g.lost(),
-            Held::Read(g) => g.lost(),
-            Held::Write(g) => g.lost(),
-            Held::Lead(g) => g.lost(),
-        }
-    }
-
-    async fn release(self) -> zk_recipes::Result<()> {
-        match self {
-            Held::Guard(g) => g.release().await,
-            Held::Read(g) => g.release().await,
-            Held::Write(g) => g.release().await,
-            Held::Lead(g) => g.resign().await,
-        }
-    }
-}
-
 impl Handle {
     fn new(session: &Session, recipe: &str, path: &str, id: &str) -> zk_recipes::Result<Handle> {
         Ok(match recipe {
@@ -184,14 +129,14 @@ impl Handle {
         )
     }
 
-    async fn acquire(&self) -> zk_recipes::Result<Held> {
+    async fn acquire(&self) -> zk_recipes::Result<zk_recipes::LockGuard> {
         Ok(match self {
-            Handle::Simple(l) => Held::Guard(l.lock().await?),
-            Handle::Fair(l) => Held::Guard(l.lock().await?),
-            Handle::Sem(s) => Held::Guard(s.acquire().await?),
-            Handle::Read(l) => Held::Read(l.read().await?),
-            Handle::Write(l) => Held::Write(l.write().await?),
-            Handle::Elect(e) => Held::Lead(e.campaign().await?),
+            Handle::Simple(l) => l.lock().await?,
+            Handle::Fair(l) => l.lock().await?,
+            Handle::Sem(s) => s.acquire().await?,
+            Handle::Read(l) => l.read().await?.into(),
+            Handle::Write(l) => l.write().await?.into(),
+            Handle::Elect(e) => e.campaign().await?.into(),
         })
     }
 }
@@ -208,7 +153,7 @@ async fn run(config: Config) -> zk_recipes::Result<()> {
     for _ in 0..config.rounds {
         out(&format!("REQ {} {kind} {id}", monotonic_nanos()));
         let held = handle.acquire().await?;
-        let token = held.token();
+        let token = held.fencing_token();
         let node = held.path().rsplit('/').next().unwrap_or("-").to_string();
         out(&format!(
             "ACQ {} {kind} {id} {node} {token}",

@@ -26,7 +26,7 @@
 //!    blip is deleted before the candidate queues again: the two ways Curator's LeaderLatch
 //!    came to have two leaders (CURATOR-696: a latch kept leading on a node its expired session
 //!    had lost; CURATOR-653: a candidate's old and new nodes raced across a reconnect).
-//! 3. While leading, [`Leadership::lost`] fires as soon as the session manager ends the epoch
+//! 3. While leading, [`lost()`](crate::LockGuard::lost) fires as soon as the session manager ends the epoch
 //!    (expiry, or the [`LossPolicy`](crate::LossPolicy) giving up on the connection) or the
 //!    node is deleted by someone else. A waiting candidate whose session expires re-queues by
 //!    itself in the next session.
@@ -52,7 +52,7 @@
 //! * A leader whose session is ended by someone else learns of it only when it reaches
 //!   ZooKeeper again; one whose process was paused past the session timeout learns of it when
 //!   it runs again (under `Grace` from its own clock, first thing). The next leader may have
-//!   started by then: tag writes with [`Leadership::fencing_token`] so they can be refused.
+//!   started by then: tag writes with [`fencing_token()`](crate::LockGuard::fencing_token) so they can be refused.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -62,10 +62,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::Stream;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use crate::error::{Error, LossReason, Result};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
 use crate::path::{join, NodeKind, NodeName};
 use crate::queue::default_spec;
 use crate::queue::{self, Holding, QueueSpec, Rule, Wait, WatchFuture};
@@ -239,7 +240,7 @@ impl Election {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
         let holding = Holding::new(&self.session, granted).with_release_mark(self.release_mark);
         Ok(Leadership {
-            holding,
+            guard: LockGuard::new(holding),
             id: self.id.clone(),
         })
     }
@@ -338,7 +339,7 @@ impl Election {
     /// campaigns again after each term, like Curator's `LeaderSelector` with `autoRequeue`.
     ///
     /// `leading` receives the [`Leadership`]; it should return when
-    /// [`Leadership::lost`] fires (the runner cannot campaign again before it returns). When
+    /// [`lost()`](crate::LockGuard::lost) fires (the runner cannot campaign again before it returns). When
     /// it returns the leadership is resigned (if still held) and the candidate joins again at
     /// the back. Campaign errors that retrying may fix (expiry, connection loss) are retried
     /// with backoff; others end the runner, as does [`ElectionRunner::stop`] or dropping the
@@ -384,12 +385,12 @@ impl Election {
 ///
 /// * Dropping it resigns in the background (tracked by the [`Session`], so
 ///   [`Session::close`] waits for it); [`resign`](Self::resign) does it now and reports errors.
-/// * [`lost`](Self::lost) resolves when leadership is lost while held: the session expired,
+/// * [`lost`](LockGuard::lost) resolves when leadership is lost while held: the session expired,
 ///   the [`LossPolicy`](crate::LossPolicy) gave up on the connection, or our node was deleted by
 ///   someone else. Under the default `Grace` policy it fires before the server can expire the
 ///   session and let another candidate lead; with `OnExpiry` it may fire after. It cannot be
 ///   missed: it resolves even if the loss happened before the call.
-/// * [`fencing_token`](Self::fencing_token) is the czxid of our node: every later leader of the
+/// * [`fencing_token`](LockGuard::fencing_token) is the czxid of our node: every later leader of the
 ///   same path has a larger one.
 ///
 /// Not `Clone`: one leadership, one resignation.
@@ -410,49 +411,30 @@ impl Election {
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct Leadership {
-    holding: Holding,
+    guard: LockGuard,
     id: Arc<str>,
+}
+
+/// Every accessor of the guard core ([`LockGuard`]): `path`, `fencing_token`, `session_id`,
+/// `lost`, `lost_token`, `is_lost`, `loss_reason`.
+impl std::ops::Deref for Leadership {
+    type Target = LockGuard;
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+/// The guard core, for code that treats every kind of hold alike (releasing it resigns).
+impl From<Leadership> for LockGuard {
+    fn from(leadership: Leadership) -> LockGuard {
+        leadership.guard
+    }
 }
 
 impl Leadership {
     /// This candidate's id.
     pub fn id(&self) -> &str {
         &self.id
-    }
-
-    /// The full path of our node, e.g. `/app/leader/_c_…-latch-0000000007`.
-    pub fn path(&self) -> &str {
-        self.holding.path()
-    }
-
-    /// The fencing token: the creation zxid of our node. Strictly larger for every later leader.
-    pub fn fencing_token(&self) -> i64 {
-        self.holding.fencing_token()
-    }
-
-    /// The ZooKeeper session id that owns our node.
-    pub fn session_id(&self) -> i64 {
-        self.holding.session_id()
-    }
-
-    /// Resolves when leadership is lost (see the type docs). Cancel safe; may be called often.
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.holding.lost_token().clone().cancelled_owned()
-    }
-
-    /// A token cancelled when leadership is lost, to hand to other tasks.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.holding.lost_token().clone()
-    }
-
-    /// Whether leadership has been lost.
-    pub fn is_lost(&self) -> bool {
-        self.holding.is_lost()
-    }
-
-    /// Why leadership was lost, once it is.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.holding.loss_reason()
     }
 
     /// Steps down now: deletes our node, and the next candidate leads on that notification.
@@ -467,7 +449,12 @@ impl Leadership {
     ///
     /// Once called, the delete is sent even if the future is dropped.
     pub async fn resign(self) -> Result<()> {
-        self.holding.release().await
+        self.guard.release().await
+    }
+
+    /// The same as [`resign`](Self::resign), under the name every guard shares.
+    pub async fn release(self) -> Result<()> {
+        self.resign().await
     }
 }
 

@@ -70,7 +70,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use zookeeper_client as zk;
 
 use crate::error::{is_unknown, Error, LossReason, Result};
@@ -302,7 +301,7 @@ impl RwLock {
 /// Proof that this process holds a read lock of an [`RwLock`], shared with other readers.
 ///
 /// Dropping it releases the lock in the background; [`release`](Self::release) does it now and
-/// reports errors. [`lost`](Self::lost) resolves if the lock is lost while held (session expired,
+/// reports errors. [`lost`](LockGuard::lost) resolves if the lock is lost while held (session expired,
 /// the loss policy gave up, node deleted by someone else). Not `Clone`.
 ///
 /// There is no upgrade to a write lock: it cannot be offered without deadlock, since two
@@ -353,57 +352,32 @@ pub struct WriteGuard {
     lock: RwLock,
 }
 
-/// The accessors both guards share, delegated to the inner [`LockGuard`].
-macro_rules! guard_accessors {
+/// Releases, lost signal and accessors: both guards are the guard core ([`LockGuard`]) with a
+/// little more.
+macro_rules! guard_core {
     ($ty:ty) => {
+        /// Every accessor of the guard core: `path`, `fencing_token`, `session_id`, `lost`,
+        /// `lost_token`, `is_lost`, `loss_reason`.
+        impl std::ops::Deref for $ty {
+            type Target = LockGuard;
+            fn deref(&self) -> &LockGuard {
+                &self.guard
+            }
+        }
+
+        /// The guard core, for code that treats every kind of hold alike.
+        impl From<$ty> for LockGuard {
+            fn from(guard: $ty) -> LockGuard {
+                guard.guard
+            }
+        }
+
         impl $ty {
-            /// The full path of our node, e.g. `/app/lock/_c_…-__READ__0000000007`.
-            pub fn path(&self) -> &str {
-                self.guard.path()
-            }
-
-            /// The fencing token: the creation zxid of our node. Every later writer gets a
-            /// larger one, so a store that remembers the largest token it has seen can refuse
-            /// the late writes of a holder that lost the lock without knowing.
-            pub fn fencing_token(&self) -> i64 {
-                self.guard.fencing_token()
-            }
-
-            /// The ZooKeeper session id that owns our node.
-            pub fn session_id(&self) -> i64 {
-                self.guard.session_id()
-            }
-
-            /// Resolves when the lock is lost (session expired, the loss policy gave up, or
-            /// our node deleted by someone else); at once if that already happened. Cancel
-            /// safe; may be called many times.
-            pub fn lost(&self) -> WaitForCancellationFutureOwned {
-                self.guard.lost()
-            }
-
-            /// A token cancelled when the lock is lost, to hand to other tasks.
-            pub fn lost_token(&self) -> CancellationToken {
-                self.guard.lost_token()
-            }
-
-            /// Whether the lock has been lost.
-            pub fn is_lost(&self) -> bool {
-                self.guard.is_lost()
-            }
-
-            /// Why the lock was lost, once it is.
-            pub fn loss_reason(&self) -> Option<LossReason> {
-                self.guard.loss_reason()
-            }
-
-            /// Releases the lock now, in one transaction that marks our node released and
-            /// deletes it, so waiters behind it take over after a single notification.
+            /// Releases the lock now; see [`LockGuard::release`].
             ///
             /// # Errors
             ///
-            /// * [`Error::LockLost`] if the lock was already lost (nothing to release).
-            /// * [`Error::ZooKeeper`] or [`Error::ConnectionLost`] if the delete failed; the
-            ///   node then goes with the session.
+            /// As [`LockGuard::release`].
             ///
             /// # Cancel safety
             ///
@@ -415,8 +389,8 @@ macro_rules! guard_accessors {
     };
 }
 
-guard_accessors!(ReadGuard);
-guard_accessors!(WriteGuard);
+guard_core!(ReadGuard);
+guard_core!(WriteGuard);
 
 impl ReadGuard {
     /// Whether this read lock is held through a write node: true only for a guard returned by

@@ -197,49 +197,13 @@ const RECIPES: [Recipe; 5] = [
     Recipe::Elect,
 ];
 
-enum Held {
-    Guard(zk_recipes::LockGuard),
-    Read(zk_recipes::ReadGuard),
-    Write(zk_recipes::WriteGuard),
-    Lead(zk_recipes::Leadership),
-}
-
-impl Held {
-    fn path(&self) -> &str {
-        match self {
-            Held::Guard(g) => g.path(),
-            Held::Read(g) => g.path(),
-            Held::Write(g) => g.path(),
-            Held::Lead(g) => g.path(),
-        }
-    }
-
-    fn is_lost(&self) -> bool {
-        match self {
-            Held::Guard(g) => g.is_lost(),
-            Held::Read(g) => g.is_lost(),
-            Held::Write(g) => g.is_lost(),
-            Held::Lead(g) => g.is_lost(),
-        }
-    }
-
-    async fn release(self) -> zk_recipes::Result<()> {
-        match self {
-            Held::Guard(g) => g.release().await,
-            Held::Read(g) => g.release().await,
-            Held::Write(g) => g.release().await,
-            Held::Lead(g) => g.resign().await,
-        }
-    }
-}
-
 /// Acquires `recipe` on `path` (with `acls` if given), bounded.
 async fn acquire(
     recipe: Recipe,
     s: &Session,
     path: &str,
     acls: Option<&[zk::Acl]>,
-) -> zk_recipes::Result<Held> {
+) -> zk_recipes::Result<zk_recipes::LockGuard> {
     let fut = async {
         Ok(match recipe {
             Recipe::Fair => {
@@ -247,14 +211,14 @@ async fn acquire(
                 if let Some(a) = acls {
                     l = l.with_acls(a);
                 }
-                Held::Guard(l.lock().await?)
+                l.lock().await?
             }
             Recipe::Sem => {
                 let mut l = Semaphore::new(s, path, 2)?;
                 if let Some(a) = acls {
                     l = l.with_acls(a);
                 }
-                Held::Guard(l.acquire().await?)
+                l.acquire().await?
             }
             Recipe::Read | Recipe::Write => {
                 let mut l = RwLock::new(s, path)?;
@@ -262,9 +226,9 @@ async fn acquire(
                     l = l.with_acls(a);
                 }
                 if recipe == Recipe::Read {
-                    Held::Read(l.read().await?)
+                    l.read().await?.into()
                 } else {
-                    Held::Write(l.write().await?)
+                    l.write().await?.into()
                 }
             }
             Recipe::Elect => {
@@ -272,7 +236,7 @@ async fn acquire(
                 if let Some(a) = acls {
                     e = e.with_acls(a);
                 }
-                Held::Lead(e.campaign().await?)
+                e.campaign().await?.into()
             }
         })
     };

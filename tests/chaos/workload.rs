@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
 use zk_recipes::testing::{monotonic_nanos, FaultProxy};
 use zk_recipes::{zk, Election, Error, ExclusiveLock, FairLock, RwLock, Semaphore, Session};
 
@@ -121,52 +121,6 @@ pub enum Handle {
     Elect(Election),
 }
 
-/// Whatever a recipe returns to its holder.
-pub enum Held {
-    Guard(zk_recipes::LockGuard),
-    Read(zk_recipes::ReadGuard),
-    Write(zk_recipes::WriteGuard),
-    Lead(zk_recipes::Leadership),
-}
-
-impl Held {
-    pub fn path(&self) -> &str {
-        match self {
-            Held::Guard(g) => g.path(),
-            Held::Read(g) => g.path(),
-            Held::Write(g) => g.path(),
-            Held::Lead(g) => g.path(),
-        }
-    }
-
-    pub fn token(&self) -> i64 {
-        match self {
-            Held::Guard(g) => g.fencing_token(),
-            Held::Read(g) => g.fencing_token(),
-            Held::Write(g) => g.fencing_token(),
-            Held::Lead(g) => g.fencing_token(),
-        }
-    }
-
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        match self {
-            Held::Guard(g) => g.lost(),
-            Held::Read(g) => g.lost(),
-            Held::Write(g) => g.lost(),
-            Held::Lead(g) => g.lost(),
-        }
-    }
-
-    pub async fn release(self) -> zk_recipes::Result<()> {
-        match self {
-            Held::Guard(g) => g.release().await,
-            Held::Read(g) => g.release().await,
-            Held::Write(g) => g.release().await,
-            Held::Lead(g) => g.resign().await,
-        }
-    }
-}
-
 impl Handle {
     pub fn new(recipe: Recipe, session: &Session, dir: &str, who: &str, requeue: bool) -> Handle {
         match recipe {
@@ -202,14 +156,14 @@ impl Handle {
         }
     }
 
-    pub async fn acquire(&self, write: bool) -> zk_recipes::Result<Held> {
+    pub async fn acquire(&self, write: bool) -> zk_recipes::Result<zk_recipes::LockGuard> {
         Ok(match self {
-            Handle::Simple(l) => Held::Guard(l.lock().await?),
-            Handle::Fair(l) => Held::Guard(l.lock().await?),
-            Handle::Sem(s) => Held::Guard(s.acquire().await?),
-            Handle::Rw(l) if write => Held::Write(l.write().await?),
-            Handle::Rw(l) => Held::Read(l.read().await?),
-            Handle::Elect(e) => Held::Lead(e.campaign().await?),
+            Handle::Simple(l) => l.lock().await?,
+            Handle::Fair(l) => l.lock().await?,
+            Handle::Sem(s) => s.acquire().await?,
+            Handle::Rw(l) if write => l.write().await?.into(),
+            Handle::Rw(l) => l.read().await?.into(),
+            Handle::Elect(e) => e.campaign().await?.into(),
         })
     }
 }
@@ -436,7 +390,7 @@ pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Relea
         Some(Ok(held)) => held,
     };
     let acquired_ns = monotonic_nanos();
-    let token = held.token();
+    let token = held.fencing_token();
     let writer = writes_to_store(kind);
     run.set_status(
         &c.who,
