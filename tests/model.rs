@@ -1744,3 +1744,11 @@ async fn regression_seed_2203_simple_lock_release_deletes_the_next_guards_node()
 async fn regression_seed_1730_foreign_write_on_a_simple_lock_strands_its_release() {
     replay(1730, 3).await;
 }
+
+/// A simple-lock release whose read was answered late (a stalled reply) deleted, at the
+/// version it read (0), the node that another session had made after an administrator
+/// deleted ours: the release now deletes at version 0 with no read before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_1067_stale_read_release_deletes_the_next_holders_node() {
+    replay(1067, 3).await;
+}

@@ -516,3 +516,47 @@ async fn a_grant_answered_after_the_epoch_ended_requeues() {
     guard.release().await.unwrap();
     s.close().await;
 }
+
+/// Given a simple-lock holder whose release is held up in the network (its reply stalled half
+/// a second), when meanwhile an administrator deletes its node and another session takes the
+/// lock, then the late release does not delete the new holder's node (before the fix it read
+/// the node, saw it still its own in the stale answer, and deleted the newcomer's node, which
+/// is also at version 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_simple_lock_release_never_deletes_the_next_holders_node() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let other = session().await;
+    let path = format!("{}/simple", unique_root("late-release"));
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let guard = lock.lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(1),
+        FaultAction::Stall(Duration::from_millis(600)),
+    ));
+    let releasing = tokio::spawn(guard.release());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The administrator deletes the holder's node (if still there), and another session
+    // takes the lock at once.
+    let admin = raw().await;
+    let _ = admin.delete(&path, None).await;
+    let next = tokio::time::timeout(
+        Duration::from_secs(5),
+        ExclusiveLock::new(&other, &path).unwrap().lock(),
+    )
+    .await
+    .expect("the next holder waited")
+    .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), releasing).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stat = admin.check_stat(&path).await.unwrap();
+    assert_eq!(
+        stat.map(|st| st.czxid),
+        Some(next.fencing_token()),
+        "the next holder's node was deleted by the late release"
+    );
+    assert!(!next.is_lost(), "next holder told {:?}", next.loss_reason());
+    next.release().await.unwrap();
+    s.close().await;
+    other.close().await;
+}

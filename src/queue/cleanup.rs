@@ -127,9 +127,16 @@ async fn clean(session: &Session, epoch: &Epoch, target: Target) -> Result<()> {
         Target::Fixed { path, serial } => {
             let _serial = serial;
             if let Fixed::Ours(czxid) = decide_fixed(session, epoch, &path).await {
-                let deleted = delete_retrying(epoch, &path).await;
+                // As a guard's release: conditional, retried, never another node.
+                let gate = std::sync::Mutex::new(false);
+                let deleted =
+                    super::holding::release_retrying(epoch, &path, false, Some(czxid), &gate, None)
+                        .await;
                 session.unclaim(czxid);
-                deleted?;
+                match deleted {
+                    Ok(()) | Err(zk::Error::NoNode) => {}
+                    Err(err) => return Err(Error::zk("delete", &path, err)),
+                }
             }
             Ok(())
         }
@@ -207,11 +214,6 @@ async fn delete_ours(epoch: &Epoch, dir: &str, protection: &str, path: Option<&s
             other => return other,
         }
     }
-}
-
-/// Deletes `path`, retried like [`delete_ours`].
-async fn delete_retrying(epoch: &Epoch, path: &str) -> Result<()> {
-    delete_ours(epoch, "", "", Some(path)).await
 }
 
 async fn delete_once(epoch: &Epoch, path: &str) -> Result<()> {

@@ -371,7 +371,7 @@ fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bo
 /// as long as the epoch lives: a release lost in a blip would otherwise leave the node, and
 /// the lock, held until the session ends. A retry after a release that was applied after all
 /// finds the node gone (`NoNode`, or another czxid at a shared path).
-async fn release_retrying(
+pub(super) async fn release_retrying(
     epoch: &Epoch,
     path: &str,
     mark: bool,
@@ -379,12 +379,18 @@ async fn release_retrying(
     gate: &Mutex<bool>,
     monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
 ) -> std::result::Result<(), zk::Error> {
-    let mut result = release_node(epoch, path, mark, verify, gate, monitor).await;
+    let first = match verify {
+        Some(_) if !mark => Check::Version(0),
+        Some(czxid) => Check::Czxid(czxid),
+        None => Check::None,
+    };
+    let again_check = verify.map_or(Check::None, Check::Czxid);
+    let mut result = release_node(epoch, path, mark, first, gate, monitor).await;
     let mut backoff = Duration::from_millis(20);
-    let mut retried = false;
-    // At a shared path the delete is conditional on the version read just before it: a data
-    // change in between (only a super user could make one: the node is ours alone) is met
-    // by reading again.
+    // Whether an attempt may have been applied without our hearing of it.
+    let mut unheard = false;
+    // At a shared path the delete is conditional on a version: a data change (only a super
+    // user could make one: the node is ours alone) is met by reading the node again.
     let mut changed = 0;
     let again = |result: &std::result::Result<(), zk::Error>, changed: &mut u32| match result {
         Err(e) if is_unknown(e) => true,
@@ -400,14 +406,30 @@ async fn release_retrying(
             _ = epoch.lost_token().cancelled() => break,
         }
         backoff = (backoff * 2).min(Duration::from_secs(1));
-        retried = true;
-        result = release_node(epoch, path, mark, verify, gate, None).await;
+        unheard |= matches!(&result, Err(e) if is_unknown(e));
+        result = release_node(epoch, path, mark, again_check, gate, None).await;
     }
     match result {
         // Our first attempt was applied after all.
-        Err(zk::Error::NoNode) if retried => Ok(()),
+        Err(zk::Error::NoNode) if unheard => Ok(()),
         other => other,
     }
+}
+
+/// How a release makes sure it deletes our node and no other.
+#[derive(Debug, Clone, Copy)]
+enum Check {
+    /// A path only we ever use (a queue node): no condition.
+    None,
+    /// A shared path: delete only at this data version, sent with no read before it. A
+    /// contender node is written by its own session alone and a plain release never writes
+    /// it, so ours is at version 0; a read first would leave a window in which the answer
+    /// goes stale (an administrator deletes our node, another session makes a new one, also
+    /// at version 0) before the delete runs.
+    Version(i32),
+    /// A shared path after a failure: read the node, and delete it at the version read only
+    /// if it is still ours (same czxid).
+    Czxid(i64),
 }
 
 /// Deletes our node, marked (set + delete in one multi, so a waiter takes over on one
@@ -419,18 +441,21 @@ async fn release_node(
     epoch: &Epoch,
     path: &str,
     mark: bool,
-    verify: Option<i64>,
+    check: Check,
     gate: &Mutex<bool>,
     monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
 ) -> std::result::Result<(), zk::Error> {
-    let mut version = None;
-    if let Some(czxid) = verify {
-        *gate.lock().unwrap() = true;
-        match epoch.check_stat(path).await? {
-            Some(stat) if stat.czxid == czxid => version = Some(stat.version),
-            _ => return Err(zk::Error::NoNode),
+    let version = match check {
+        Check::None => None,
+        Check::Version(v) => Some(v),
+        Check::Czxid(czxid) => {
+            *gate.lock().unwrap() = true;
+            match epoch.check_stat(path).await? {
+                Some(stat) if stat.czxid == czxid => Some(stat.version),
+                _ => return Err(zk::Error::NoNode),
+            }
         }
-    }
+    };
     let released = {
         let mut closed = gate.lock().unwrap();
         *closed = true;
