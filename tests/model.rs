@@ -1752,3 +1752,11 @@ async fn regression_seed_1730_foreign_write_on_a_simple_lock_strands_its_release
 async fn regression_seed_1067_stale_read_release_deletes_the_next_holders_node() {
     replay(1067, 3).await;
 }
+
+/// A 2-permit semaphore contender overwrote the 3 stored by earlier contenders whose leases
+/// were still being created, so both counts were believed at once (3 live leases over 2
+/// permits): a stored count is now written once, never overwritten while the path lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_3729_semaphore_count_overwritten_under_racing_contenders() {
+    replay(3729, 3).await;
+}

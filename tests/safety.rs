@@ -330,14 +330,19 @@ async fn one_path_one_kind() {
         children(&dir).await
     );
     assert!(!h1.is_lost() && !h2.is_lost());
-    // The same count is welcome; once all are gone, another count may take the path.
+    // The same count is welcome. The count stays with the directory even when no lease is
+    // held (never overwritten, so two contenders cannot each believe their own): another
+    // count is refused until the path is removed.
     let h3 = Semaphore::new(&s2, &dir, 2).unwrap().try_acquire().await;
     assert!(matches!(h3, Err(Error::WouldBlock)), "{h3:?}");
     h1.release().await.unwrap();
     h2.release().await.unwrap();
     let h4 = Semaphore::new(&s2, &dir, 5).unwrap().try_acquire().await;
-    assert!(h4.is_ok(), "a new count on a free path: {h4:?}");
-    h4.unwrap().release().await.unwrap();
+    assert!(matches!(h4, Err(Error::PathInUse { .. })), "{h4:?}");
+    raw().await.delete(&dir, None).await.unwrap();
+    let h5 = Semaphore::new(&s2, &dir, 5).unwrap().try_acquire().await;
+    assert!(h5.is_ok(), "a new count on a removed path: {h5:?}");
+    h5.unwrap().release().await.unwrap();
 }
 
 // ------------------------------------------------------- faults at a chosen request

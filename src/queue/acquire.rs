@@ -330,29 +330,26 @@ impl<'a> Waiter<'a> {
         let conflict = |stored: &str| {
             KindCheck::Conflict(Error::PathInUse {
                 path: spec.dir.clone(),
-                found: format!("a semaphore with {stored} permits"),
+                found: format!(
+                    "a semaphore with {stored} permits (the count stored in its data; it stays until the path is removed, which ZooKeeper does for an empty container within about a minute)"
+                ),
                 ours: format!("a semaphore with {permits} permits"),
             })
         };
-        let others = children
-            .iter()
-            .filter(|c| **c != self.me.name)
-            .filter_map(|c| NodeName::parse(c))
-            .filter(|n| n.kind == NodeKind::Lease)
-            .count();
-        let numeric = stored.parse::<usize>().is_ok();
-        if !stored.is_empty() && !numeric {
-            // Data we did not write: leave it alone (and the count unchecked).
-            tracing::warn!(
-                dir = spec.dir,
-                "the semaphore's directory holds foreign data; its permit count is not checked"
-            );
-            return Ok(());
-        }
-        if !stored.is_empty() && others > 0 {
+        if !stored.is_empty() {
+            if stored.parse::<usize>().is_err() {
+                // Data we did not write: leave it alone (and the count unchecked).
+                tracing::warn!(
+                    dir = spec.dir,
+                    "the semaphore's directory holds foreign data; its permit count is not checked"
+                );
+                return Ok(());
+            }
             return Err(conflict(&stored));
         }
-        // Empty, or a count left by earlier contenders that are all gone: ours now.
+        // Empty: the first contender stores its count, once. A count is never overwritten
+        // while the directory lives, so two contenders can never each believe their own:
+        // of two racing writers one gets BadVersion and reads the other's.
         match self
             .epoch
             .set_data(&spec.dir, want.as_bytes(), Some(stat.version))
