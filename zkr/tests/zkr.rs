@@ -2138,3 +2138,168 @@ fn a_path_held_by_another_kind_is_refused_with_exit_2() {
         assert!(h.try_status().is_none(), "a holder stopped: {}", h.stderr());
     }
 }
+
+// ------------------------------------------------------------------------------------------
+// --metrics-addr
+// ------------------------------------------------------------------------------------------
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /` on `127.0.0.1:port`: the Prometheus text body, or an error (not listening yet).
+fn scrape(port: u16) -> Result<String, String> {
+    use std::io::Write;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+        .map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).map_err(|e| e.to_string())?;
+    match reply.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+        _ => Err(format!("not a 200 reply: {reply:?}")),
+    }
+}
+
+/// The value of the sample `name{labels}` (labels exactly as the exporter prints them, in
+/// its order), or `None` when the series is absent.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Scrapes until `ok` holds for the body, panicking with the last body after `within`.
+fn scrape_until(port: u16, within: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = scrape(port);
+        if let Ok(body) = &got {
+            if ok(body) {
+                return body.clone();
+            }
+        }
+        if Instant::now() >= deadline {
+            panic!("expected {what} within {within:?}; last scrape: {got:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn metrics_addr_serves_the_library_counters_while_zkr_lock_waits_and_holds() {
+    let path = format!("{}/job", unique_root("zkr-metrics"));
+    let (_dir, log) = log_file();
+    // Given a holder, and a second zkr with --metrics-addr queued behind it
+    let script = |who: &str| format!(r#"echo "{who}" >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &direct(),
+        &["lock", &path, "--", "sh", "-c", &script("first")],
+    );
+    c.env("LOG", &log);
+    let mut first = Proc::spawn("first holder", c);
+    wait_for_line(&log, "first", Duration::from_secs(10));
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut c = zkr(
+        &direct(),
+        &[
+            "--metrics-addr",
+            &addr,
+            "lock",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &script("second"),
+        ],
+    );
+    c.env("LOG", &log);
+    let mut second = Proc::spawn("second (metrics)", c);
+    wait_for_children(&path, 2, Duration::from_secs(10));
+
+    // Then while it waits, its endpoint shows the session and its requests, and no acquire
+    let waiting = scrape_until(port, Duration::from_secs(10), "a connected session", |b| {
+        sample(b, r#"zk_recipes_session_events_total{state="connected"}"#) == Some(1.0)
+    });
+    let requests_waiting = sample(&waiting, r#"zk_recipes_requests_total{op="create"}"#);
+    assert!(
+        requests_waiting.is_some_and(|n| n >= 1.0),
+        "the queue node's create is counted:\n{waiting}"
+    );
+    assert_eq!(
+        sample(
+            &waiting,
+            r#"zk_recipes_acquires_total{kind="lock",outcome="granted"}"#
+        ),
+        None,
+        "nothing granted yet:\n{waiting}"
+    );
+
+    // When the first holder lets go
+    first.signal(Signal::SIGTERM);
+    first.wait(Duration::from_secs(5));
+    wait_for_line(&log, "second", Duration::from_secs(10));
+    // Then the counters move: one grant, after a hand-off (a notification: no request)
+    let holding = scrape_until(port, Duration::from_secs(10), "a granted acquire", |b| {
+        sample(
+            b,
+            r#"zk_recipes_acquires_total{kind="lock",outcome="granted"}"#,
+        ) == Some(1.0)
+    });
+    assert_eq!(
+        sample(&holding, r#"zk_recipes_handoffs_total{kind="lock"}"#),
+        Some(1.0),
+        "the grant came after waiting behind the first holder:\n{holding}"
+    );
+    assert!(
+        holding.contains("zk_recipes_acquire_seconds"),
+        "the acquire wait is timed:\n{holding}"
+    );
+
+    // And it stops serving when zkr exits
+    second.signal(Signal::SIGTERM);
+    second.wait(Duration::from_secs(5));
+    assert!(scrape(port).is_err(), "still serving after zkr exited");
+}
+
+#[test]
+fn metrics_addr_in_use_is_an_error_before_connecting() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    // A ZooKeeper that does not exist: zkr must fail on the address before trying it.
+    let out = run(
+        "zkr --metrics-addr (taken)",
+        zkr("127.0.0.1:1", &["--metrics-addr", &addr, "holders", "/x"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 1, "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("--metrics-addr") && out.stderr.contains(&addr),
+        "stderr:\n{}",
+        out.stderr
+    );
+    let out = run(
+        "zkr --metrics-addr nonsense",
+        zkr(
+            "127.0.0.1:1",
+            &["--metrics-addr", "nonsense", "holders", "/x"],
+        ),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 2, "a usage error; stderr:\n{}", out.stderr);
+}
