@@ -51,7 +51,7 @@
 //!   `zk-recipes = { version = "0.1", features = ["testing"] }`.
 //!
 //! The `zkr` command is its own package in this repository's workspace (`zkr/`):
-//! `cargo install --path zkr` (add `--features tls` for TLS).
+//! `cargo install --locked --path zkr` (add `--features tls` for TLS).
 //!
 //! # Module map
 //!
