@@ -3,8 +3,8 @@
 //! forced to expire. Each candidate campaigns again by itself after losing leadership.
 //!
 //! ```text
-//! cargo run --example leader_election                         # private ZooKeeper
-//! ZK_CONNECT=127.0.0.1:2181 cargo run --example leader_election
+//! cargo run --features testing --example leader_election    # private ZooKeeper
+//! ZK_CONNECT=127.0.0.1:2181 cargo run --features testing --example leader_election
 //! ```
 
 use std::collections::BTreeMap;

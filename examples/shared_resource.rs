@@ -6,8 +6,8 @@
 //! Each worker has its own ZooKeeper session, as separate processes would.
 //!
 //! ```text
-//! cargo run --example shared_resource                       # starts a private ZooKeeper
-//! ZK_CONNECT=127.0.0.1:2181 cargo run --example shared_resource
+//! cargo run --features testing --example shared_resource    # starts a private ZooKeeper
+//! ZK_CONNECT=127.0.0.1:2181 cargo run --features testing --example shared_resource
 //! ```
 
 use std::path::{Path, PathBuf};

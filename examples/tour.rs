@@ -4,7 +4,7 @@
 //! order; the read/write lock shares readers and downgrades a writer; an election fails over
 //! when the leader's session expires.
 //!
-//! Run it with `scripts/demo` or `cargo run --release --example tour`.
+//! Run it with `scripts/demo` or `cargo run --release --features testing --example tour`.
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! Midway, one worker's session is expired while it holds the lock: it is told at once, stops,
 //! and re-queues in a new session while the others carry on.
 //!
-//! `cargo run --example worker_queue` (private ZooKeeper), or with `ZK_CONNECT=host:port`.
+//! `cargo run --features testing --example worker_queue` (private ZooKeeper), or with `ZK_CONNECT=host:port`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

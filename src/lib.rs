@@ -40,9 +40,18 @@
 //!
 //! # Features
 //!
-//! * `testing` (default): [`testing`], a harness that runs real Apache ZooKeeper servers and
-//!   ensembles (from Debian's `zookeeper` package), with a fault-injection proxy.
-//! * `cli` (default): the `zkr` command.
+//! None is on by default: the library alone depends on no CLI, test or TLS crate, and asks
+//! tokio only for `rt`, `time`, `sync`, `macros` and `net`.
+//!
+//! * `tls`: [`SessionBuilder::with_tls`], connections to ZooKeeper's secure client port
+//!   (`zookeeper-client`'s TLS, on rustls).
+//! * `testing`: [`testing`](mod@testing), a harness that runs real Apache ZooKeeper servers and
+//!   ensembles (from Debian's `zookeeper` package), with a fault-injection proxy. For tests
+//!   and demos: add it under `[dev-dependencies]`, e.g.
+//!   `zk-recipes = { version = "0.1", features = ["testing"] }`.
+//!
+//! The `zkr` command is its own package in this repository's workspace (`zkr/`):
+//! `cargo install --locked --path zkr` (add `--features tls` for TLS).
 //!
 //! # Module map
 //!
@@ -56,6 +65,7 @@
 //! loss policy.
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod error;
 mod guard;
@@ -83,6 +93,7 @@ pub use session::{LossPolicy, Session, SessionBuilder, SessionEvent};
 pub use zookeeper_client as zk;
 
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 /// The README's Rust examples, compiled and run by `cargo test --all-features` so that they

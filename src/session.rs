@@ -189,6 +189,7 @@ impl SessionBuilder {
     /// secure client ports (`secureClientPort`), whose certificates are checked against the
     /// CA of `options`, e.g. `zk::TlsOptions::new().with_pem_ca(pem)?`.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn with_tls(mut self, options: zk::TlsOptions) -> Self {
         self.tls = Some(options);
         self
@@ -378,6 +379,8 @@ async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> 
         timeout: config.connect_timeout,
     };
     let target = config.connect_string();
+    // The sockets to the servers before this connect: ours is one that appears since.
+    let before = crate::net::Sockets::towards(&config.peers);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -403,7 +406,10 @@ async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> 
         };
         match tokio::time::timeout(left, connecting).await {
             Err(_) => return Err(unreachable()),
-            Ok(Ok(client)) => return Ok(client),
+            Ok(Ok(client)) => {
+                before.set_nodelay_on_new(&config.peers);
+                return Ok(client);
+            }
             Ok(Err(zk::Error::AuthFailed)) => {
                 return Err(Error::ZooKeeper {
                     op: "authenticate",
@@ -1052,7 +1058,6 @@ impl Shared {
             user_auth: self.config.auth.is_some(),
         });
         epoch.health.answered(Instant::now());
-        crate::net::set_nodelay_towards(&self.config.peers);
         *self.current.lock().unwrap() = Some(epoch.clone());
         self.publish(SessionEvent::Connected {
             epoch: number,
@@ -1162,7 +1167,8 @@ async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
     let heartbeat_every = timeout / 5;
     let mut state = epoch.client.state_watcher();
     let probe_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut suspended = false;
+    // While suspended: the sockets to the servers when the connection dropped (see `net`).
+    let mut suspended: Option<crate::net::Sockets> = None;
     loop {
         if epoch.lost.is_cancelled() {
             return EpochEnd::Lost(epoch.loss_reason().unwrap_or(LossReason::ConnectionLost));
@@ -1172,8 +1178,8 @@ async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
                 return EpochEnd::Lost(LossReason::SessionExpired)
             }
             zk::SessionState::Disconnected => {
-                if !suspended {
-                    suspended = true;
+                if suspended.is_none() {
+                    suspended = Some(crate::net::Sockets::towards(&shared.config.peers));
                     shared.publish(SessionEvent::Suspended {
                         epoch: epoch.number,
                     });
@@ -1189,10 +1195,9 @@ async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
                     // The server handed out another session: ours is gone.
                     return EpochEnd::Lost(LossReason::SessionExpired);
                 }
-                if suspended {
-                    suspended = false;
+                if let Some(before) = suspended.take() {
                     // A new connection (maybe to another server): a new socket.
-                    crate::net::set_nodelay_towards(&shared.config.peers);
+                    before.set_nodelay_on_new(&shared.config.peers);
                     shared.publish(SessionEvent::Reconnected {
                         epoch: epoch.number,
                     });

@@ -308,8 +308,15 @@ fn elect_child_bin() -> PathBuf {
             .to_path_buf();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "--example", "elect_child"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        cmd.args([
+            "build",
+            "--quiet",
+            "--example",
+            "elect_child",
+            "--features",
+            "testing",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
@@ -1025,7 +1032,6 @@ async fn marked_resignation_strands_a_curator_follower() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_under_faults_on_an_ensemble() {
     // The session manager's log (RUST_LOG, default zk_recipes=info) explains a failure here.
-    #[cfg(feature = "cli")]
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -703,9 +703,7 @@ fn child_bin() -> PathBuf {
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "--quiet", "--example", "chaos_child"])
             .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if !cfg!(feature = "cli") {
-            cmd.args(["--no-default-features", "--features", "testing"]);
-        }
+        cmd.args(["--features", "testing"]);
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }

@@ -50,11 +50,18 @@ pub const CLIENT_JARS: &[&str] = &[
     "netty-all.jar",
 ];
 
+/// The workspace root (the `zk-recipes` package), where `tests/interop/` is, also when these
+/// helpers are compiled into another package's tests (`zkr/tests/zkr.rs`).
 pub fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let package = Path::new(env!("CARGO_MANIFEST_DIR"));
+    package
+        .ancestors()
+        .find(|dir| dir.join("tests/interop/Interop.java").is_file())
+        .unwrap_or(package)
+        .to_path_buf()
 }
 
-/// `$CARGO_TARGET_DIR` (relative paths are relative to the package) or `<package>/target`.
+/// `$CARGO_TARGET_DIR` (relative paths are relative to the workspace) or `<workspace>/target`.
 pub fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(d) if !d.is_empty() => {

@@ -10,6 +10,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use zk_recipes::testing::{ServerOptions, ZooKeeperServer};
 
 use crate::cli::ServerArgs;
+use crate::signals;
 use crate::{Fail, Outcome, EXIT_FAILURE};
 
 pub fn run(args: &ServerArgs) -> Outcome {
@@ -40,8 +41,8 @@ async fn serve(args: &ServerArgs) -> Outcome {
             Err(e) => return Err(Fail::new(EXIT_FAILURE, format!("cannot start ZooKeeper: {e}"))),
         },
         // The JVM, if already spawned, dies with us (parent-death signal).
-        _ = int.recv() => return Ok(128 + libc::SIGINT),
-        _ = term.recv() => return Ok(128 + libc::SIGTERM),
+        _ = int.recv() => return Ok(128 + signals::SIGINT),
+        _ = term.recv() => return Ok(128 + signals::SIGTERM),
     };
     println!("{}", server.connect_string());
     eprintln!(

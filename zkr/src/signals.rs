@@ -5,7 +5,18 @@
 
 use std::io;
 
+use nix::sys::signal::{killpg, Signal as Sig};
+use nix::unistd::Pid;
 use tokio::signal::unix::{signal, Signal, SignalKind};
+
+pub const SIGHUP: i32 = Sig::SIGHUP as i32;
+pub const SIGINT: i32 = Sig::SIGINT as i32;
+pub const SIGQUIT: i32 = Sig::SIGQUIT as i32;
+pub const SIGKILL: i32 = Sig::SIGKILL as i32;
+pub const SIGTERM: i32 = Sig::SIGTERM as i32;
+pub const SIGCONT: i32 = Sig::SIGCONT as i32;
+pub const SIGUSR1: i32 = Sig::SIGUSR1 as i32;
+pub const SIGUSR2: i32 = Sig::SIGUSR2 as i32;
 
 /// The signals forwarded to CMD's process group while it runs.
 pub struct Signals {
@@ -33,12 +44,12 @@ impl Signals {
     /// The next signal received, as its number. Cancel safe.
     pub async fn recv(&mut self) -> i32 {
         tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
-            _ = self.quit.recv() => libc::SIGQUIT,
-            _ = self.usr1.recv() => libc::SIGUSR1,
-            _ = self.usr2.recv() => libc::SIGUSR2,
+            _ = self.int.recv() => SIGINT,
+            _ = self.term.recv() => SIGTERM,
+            _ = self.hup.recv() => SIGHUP,
+            _ = self.quit.recv() => SIGQUIT,
+            _ = self.usr1.recv() => SIGUSR1,
+            _ = self.usr2.recv() => SIGUSR2,
         }
     }
 
@@ -47,7 +58,7 @@ impl Signals {
     pub async fn recv_stop(&mut self) -> i32 {
         loop {
             let sig = self.recv().await;
-            if sig != libc::SIGUSR1 && sig != libc::SIGUSR2 {
+            if sig != SIGUSR1 && sig != SIGUSR2 {
                 return sig;
             }
         }
@@ -56,28 +67,15 @@ impl Signals {
 
 /// `SIGTERM`-style name of a signal number, for messages.
 pub fn name(sig: i32) -> String {
-    let known = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGUSR2 => "SIGUSR2",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGSEGV => "SIGSEGV",
-        _ => return format!("signal {sig}"),
-    };
-    known.to_string()
+    match Sig::try_from(sig) {
+        Ok(known) => known.as_str().to_string(),
+        Err(_) => format!("signal {sig}"),
+    }
 }
 
 /// Sends `sig` to the process group `pgid`. Errors (the group is gone) are ignored.
 pub fn kill_group(pgid: i32, sig: i32) {
-    if pgid > 1 {
-        // SAFETY: kill(2) has no memory preconditions; a negative pid names a process group.
-        unsafe {
-            libc::kill(-pgid, sig);
-        }
+    if let (true, Ok(sig)) = (pgid > 1, Sig::try_from(sig)) {
+        let _ = killpg(Pid::from_raw(pgid), sig);
     }
 }

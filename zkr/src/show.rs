@@ -127,16 +127,9 @@ pub fn who(c: &Contender) -> String {
 
 /// The identity `zkr` stores in its contender nodes: `<hostname>:<pid>`.
 pub fn own_identity() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or
-    // truncates, and we read only up to the first NUL.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    let host = if rc == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        "unknown-host".to_string()
-    };
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown-host".to_string());
     format!("{host}:{}", std::process::id())
 }
 

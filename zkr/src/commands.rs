@@ -208,7 +208,7 @@ fn with_tls(g: &Global, builder: SessionBuilder) -> Result<SessionBuilder, Fail>
 fn with_tls(g: &Global, builder: SessionBuilder) -> Result<SessionBuilder, Fail> {
     if g.tls_ca.is_some() || g.tls_cert.is_some() {
         return Err(Fail::usage(
-            "this zkr was built without TLS: build it with `cargo build --release --features tls`",
+            "this zkr was built without TLS: install it with `cargo install --locked --path zkr --features tls`",
         ));
     }
     Ok(builder)

@@ -133,6 +133,15 @@ fn init_tracing() {
         .try_init();
 }
 
+/// `--metrics-addr`: installs the Prometheus recorder for the library's `metrics` and serves
+/// them over HTTP on `addr` from a thread of its own, until zkr exits.
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), Fail> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| Fail::new(EXIT_FAILURE, format!("--metrics-addr {addr}: {e}")))
+}
+
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == supervise::SUBCOMMAND) {
@@ -140,6 +149,12 @@ fn main() {
     }
     let cli = Cli::parse();
     init_tracing();
+    if let Some(addr) = cli.global.metrics_addr {
+        if let Err(fail) = serve_metrics(addr) {
+            eprintln!("zkr: {}", fail.message);
+            std::process::exit(fail.code);
+        }
+    }
     let (conflict_code, lost_code) = (
         i32::from(cli.global.conflict_exit_code),
         i32::from(cli.global.lost_exit_code),

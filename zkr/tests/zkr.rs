@@ -7,6 +7,7 @@
 //! then SIGKILL), and the scripts' loops end by themselves after 30 s so nothing outlives a
 //! failed test for long. Tests that cut a connection use a `FaultProxy` of their own.
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::io::Read;
@@ -15,6 +16,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use serde_json::Value;
 use zk_recipes::testing::{shared_server, unique_root, FaultProxy};
 use zookeeper_client as zk;
@@ -100,11 +103,8 @@ impl Proc {
         self.child.id() as i32
     }
 
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) has no memory preconditions.
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
+    fn signal(&self, sig: Signal) {
+        let _ = kill(Pid::from_raw(self.pid()), sig);
     }
 
     fn stdout(&self) -> String {
@@ -148,8 +148,8 @@ impl Drop for Proc {
         if self.try_status().is_some() {
             return;
         }
-        self.signal(libc::SIGCONT);
-        self.signal(libc::SIGTERM);
+        self.signal(Signal::SIGCONT);
+        self.signal(Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(3);
         while self.try_status().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -382,7 +382,7 @@ fn try_on_a_held_lock_exits_75_at_once_and_sigterm_reaches_cmd() {
     assert!(!read_lines(&log).contains(&"ran".to_string()));
 
     // When the holder's zkr gets SIGTERM
-    holder.signal(libc::SIGTERM);
+    holder.signal(Signal::SIGTERM);
     // Then CMD got it, and zkr exits with CMD's status after releasing the lock
     let code = holder.wait(Duration::from_secs(5));
     assert_eq!(code, 7, "stderr:\n{}", holder.stderr());
@@ -532,8 +532,8 @@ fn a_deleted_lock_node_stops_cmd_with_sigkill_after_the_grace() {
         "stderr:\n{}",
         a.stderr()
     );
-    // SAFETY: kill(2) with signal 0 only checks that the process exists.
-    let alive = unsafe { libc::kill(cmd_pid, 0) } == 0;
+    // No signal: only checks that the process exists.
+    let alive = kill(Pid::from_raw(cmd_pid), None).is_ok();
     assert!(!alive, "CMD (pid {cmd_pid}) survived SIGKILL");
 }
 
@@ -560,11 +560,11 @@ fn pause_kills_cmd_on_resume(policy: &str) {
     wait_for_line(&log, "start", Duration::from_secs(10));
 
     // When zkr itself is stopped past the session timeout (2s) while its CMD runs on
-    a.signal(libc::SIGSTOP);
+    a.signal(Signal::SIGSTOP);
     std::thread::sleep(Duration::from_secs(3));
     assert!(!read_lines(&log).contains(&"TERM".to_string()));
     let resumed = Instant::now();
-    a.signal(libc::SIGCONT);
+    a.signal(Signal::SIGCONT);
 
     // Then CMD is stopped as soon as zkr runs again, and zkr exits 76
     wait_for_line(&log, "TERM", Duration::from_secs(5));
@@ -668,7 +668,7 @@ i=0; while [ ! -e "$LOG.go" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
     );
     assert_eq!(
         killed.code,
-        128 + libc::SIGUSR1,
+        128 + Signal::SIGUSR1 as i32,
         "stderr:\n{}",
         killed.stderr
     );
@@ -860,8 +860,8 @@ echo ready >> "$LOG"; wait"#
     }
 
     // When zkr is killed with SIGKILL
-    a.signal(libc::SIGKILL);
-    assert_eq!(a.wait(Duration::from_secs(5)), -libc::SIGKILL);
+    a.signal(Signal::SIGKILL);
+    assert_eq!(a.wait(Duration::from_secs(5)), -(Signal::SIGKILL as i32));
 
     // Then within 1s nothing that CMD started runs any more
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -895,14 +895,14 @@ fn sigterm_stops_a_cmd_that_ignores_it_with_sigkill_after_the_grace_then_release
     wait_for_children(&path, 1, Duration::from_secs(5));
 
     // When zkr gets SIGTERM
-    a.signal(libc::SIGTERM);
+    a.signal(Signal::SIGTERM);
 
     // Then CMD gets SIGTERM, ignores it, is SIGKILLed after the grace, and zkr exits with
     // CMD's status (128+9) once the lock is released
     wait_for_line(&log, "TERM-ignored", Duration::from_secs(2));
     assert_eq!(
         a.wait(Duration::from_secs(5)),
-        128 + libc::SIGKILL,
+        128 + Signal::SIGKILL as i32,
         "stderr:\n{}",
         a.stderr()
     );
@@ -1054,7 +1054,7 @@ fn ctrl_c_and_ctrl_z_on_the_terminal_reach_cmd() {
     // Then CMD dies of SIGINT, zkr passes its status on, and releases
     assert_eq!(
         done.code,
-        128 + libc::SIGINT,
+        128 + Signal::SIGINT as i32,
         "the terminal showed:\n{}\nstderr:\n{}",
         done.stdout,
         done.stderr
@@ -1127,7 +1127,7 @@ fn elect_runs_one_leader_at_a_time_and_leader_reports_it() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(seen, order, "watcher output:\n{}", watcher.stdout());
-    watcher.signal(libc::SIGINT);
+    watcher.signal(Signal::SIGINT);
     assert_eq!(watcher.wait(Duration::from_secs(5)), 0);
     assert!(
         watcher.stdout().ends_with("(none)\n"),
@@ -1165,8 +1165,11 @@ fn elect_runs_one_leader_at_a_time_and_leader_reports_it() {
     assert_eq!(v["leader"]["id"], "c4");
     assert_eq!(v["path"], path.as_str());
     // When it is stopped, there is no leader: status 1
-    c4.signal(libc::SIGTERM);
-    assert_eq!(c4.wait(Duration::from_secs(5)), 128 + libc::SIGTERM);
+    c4.signal(Signal::SIGTERM);
+    assert_eq!(
+        c4.wait(Duration::from_secs(5)),
+        128 + Signal::SIGTERM as i32
+    );
     let none = run(
         "zkr leader",
         zkr(&direct(), &["leader", &path]),
@@ -1448,7 +1451,7 @@ fn server_prints_its_connect_string_and_stops_on_sigterm() {
     );
     assert_eq!(out.code, 0, "stderr:\n{}", out.stderr);
     // When it gets SIGTERM it stops, and the JVM with it
-    server.signal(libc::SIGTERM);
+    server.signal(Signal::SIGTERM);
     assert_eq!(
         server.wait(Duration::from_secs(15)),
         0,
@@ -1582,7 +1585,7 @@ fn the_granted_session_timeout_is_warned_about_and_drives_the_pause_check() {
     assert!(stderr.contains("1m00s"), "stderr:\n{stderr}");
 
     // When zkr is stopped for 4.5s: past the 4s granted, far below the 60s asked for
-    a.signal(libc::SIGSTOP);
+    a.signal(Signal::SIGSTOP);
     std::thread::sleep(Duration::from_millis(4500));
     assert!(
         !read_lines(&log).contains(&"TERM".to_string()),
@@ -1590,7 +1593,7 @@ fn the_granted_session_timeout_is_warned_about_and_drives_the_pause_check() {
         a.stderr()
     );
     let resumed = Instant::now();
-    a.signal(libc::SIGCONT);
+    a.signal(Signal::SIGCONT);
     // Then its pause check stops CMD at once, measured against the granted 4s
     wait_for_line(&log, "TERM", Duration::from_secs(5));
     assert!(
@@ -1669,8 +1672,8 @@ fn a_dropped_connection_while_cmd_runs_is_a_warning_by_default() {
     }
     assert!(a.stderr().contains("WARN"), "stderr:\n{}", a.stderr());
     assert!(a.try_status().is_none(), "stderr:\n{}", a.stderr());
-    a.signal(libc::SIGTERM);
-    assert_eq!(a.wait(Duration::from_secs(5)), 128 + libc::SIGTERM);
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(Duration::from_secs(5)), 128 + Signal::SIGTERM as i32);
 }
 
 #[test]
@@ -1749,7 +1752,7 @@ fn a_systemd_stop_sends_sigterm_through_and_exits_0_or_143() {
     let mut a = spawn("host-a", &script);
     wait_for_line(&log, "lead host-a", Duration::from_secs(10));
     // When systemd stops the unit (KillMode=mixed: SIGTERM to zkr only)
-    a.signal(libc::SIGTERM);
+    a.signal(Signal::SIGTERM);
     // Then the daemon got SIGTERM, zkr resigned and exited 0: a clean stop
     assert_eq!(a.wait(Duration::from_secs(5)), 0, "stderr:\n{}", a.stderr());
     wait_for_line(&log, "TERM host-a", Duration::from_secs(1));
@@ -1760,11 +1763,11 @@ fn a_systemd_stop_sends_sigterm_through_and_exits_0_or_143() {
     let mut b = spawn("host-b", &plain);
     wait_for_line(&log, "lead host-b", Duration::from_secs(10));
     // When the unit is stopped
-    b.signal(libc::SIGTERM);
+    b.signal(Signal::SIGTERM);
     // Then zkr exits 143, what SuccessExitStatus=143 in the README's unit accepts
     assert_eq!(
         b.wait(Duration::from_secs(5)),
-        128 + libc::SIGTERM,
+        128 + Signal::SIGTERM as i32,
         "stderr:\n{}",
         b.stderr()
     );
@@ -1891,8 +1894,11 @@ fn digest_auth_from_the_option_the_environment_or_a_file_and_creator_acls() {
         "stderr:\n{}",
         out.stderr
     );
-    bob.signal(libc::SIGTERM);
-    assert_eq!(bob.wait(Duration::from_secs(5)), 128 + libc::SIGTERM);
+    bob.signal(Signal::SIGTERM);
+    assert_eq!(
+        bob.wait(Duration::from_secs(5)),
+        128 + Signal::SIGTERM as i32
+    );
 
     // --acl creator without credentials is a usage error
     let mut c = zkr(&direct(), &["--acl", "creator", "lock", &job, "--", "true"]);
@@ -2131,4 +2137,169 @@ fn a_path_held_by_another_kind_is_refused_with_exit_2() {
     for h in &mut holders {
         assert!(h.try_status().is_none(), "a holder stopped: {}", h.stderr());
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// --metrics-addr
+// ------------------------------------------------------------------------------------------
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /` on `127.0.0.1:port`: the Prometheus text body, or an error (not listening yet).
+fn scrape(port: u16) -> Result<String, String> {
+    use std::io::Write;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+        .map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).map_err(|e| e.to_string())?;
+    match reply.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+        _ => Err(format!("not a 200 reply: {reply:?}")),
+    }
+}
+
+/// The value of the sample `name{labels}` (labels exactly as the exporter prints them, in
+/// its order), or `None` when the series is absent.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Scrapes until `ok` holds for the body, panicking with the last body after `within`.
+fn scrape_until(port: u16, within: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = scrape(port);
+        if let Ok(body) = &got {
+            if ok(body) {
+                return body.clone();
+            }
+        }
+        if Instant::now() >= deadline {
+            panic!("expected {what} within {within:?}; last scrape: {got:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn metrics_addr_serves_the_library_counters_while_zkr_lock_waits_and_holds() {
+    let path = format!("{}/job", unique_root("zkr-metrics"));
+    let (_dir, log) = log_file();
+    // Given a holder, and a second zkr with --metrics-addr queued behind it
+    let script = |who: &str| format!(r#"echo "{who}" >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &direct(),
+        &["lock", &path, "--", "sh", "-c", &script("first")],
+    );
+    c.env("LOG", &log);
+    let mut first = Proc::spawn("first holder", c);
+    wait_for_line(&log, "first", Duration::from_secs(10));
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut c = zkr(
+        &direct(),
+        &[
+            "--metrics-addr",
+            &addr,
+            "lock",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &script("second"),
+        ],
+    );
+    c.env("LOG", &log);
+    let mut second = Proc::spawn("second (metrics)", c);
+    wait_for_children(&path, 2, Duration::from_secs(10));
+
+    // Then while it waits, its endpoint shows the session and its requests, and no acquire
+    let waiting = scrape_until(port, Duration::from_secs(10), "a connected session", |b| {
+        sample(b, r#"zk_recipes_session_events_total{state="connected"}"#) == Some(1.0)
+    });
+    let requests_waiting = sample(&waiting, r#"zk_recipes_requests_total{op="create"}"#);
+    assert!(
+        requests_waiting.is_some_and(|n| n >= 1.0),
+        "the queue node's create is counted:\n{waiting}"
+    );
+    assert_eq!(
+        sample(
+            &waiting,
+            r#"zk_recipes_acquires_total{kind="lock",outcome="granted"}"#
+        ),
+        None,
+        "nothing granted yet:\n{waiting}"
+    );
+
+    // When the first holder lets go
+    first.signal(Signal::SIGTERM);
+    first.wait(Duration::from_secs(5));
+    wait_for_line(&log, "second", Duration::from_secs(10));
+    // Then the counters move: one grant, after a hand-off (a notification: no request)
+    let holding = scrape_until(port, Duration::from_secs(10), "a granted acquire", |b| {
+        sample(
+            b,
+            r#"zk_recipes_acquires_total{kind="lock",outcome="granted"}"#,
+        ) == Some(1.0)
+    });
+    assert_eq!(
+        sample(&holding, r#"zk_recipes_handoffs_total{kind="lock"}"#),
+        Some(1.0),
+        "the grant came after waiting behind the first holder:\n{holding}"
+    );
+    assert!(
+        holding.contains("zk_recipes_acquire_seconds"),
+        "the acquire wait is timed:\n{holding}"
+    );
+
+    // And it stops serving when zkr exits
+    second.signal(Signal::SIGTERM);
+    second.wait(Duration::from_secs(5));
+    assert!(scrape(port).is_err(), "still serving after zkr exited");
+}
+
+#[test]
+fn metrics_addr_in_use_is_an_error_before_connecting() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    // A ZooKeeper that does not exist: zkr must fail on the address before trying it.
+    let out = run(
+        "zkr --metrics-addr (taken)",
+        zkr("127.0.0.1:1", &["--metrics-addr", &addr, "holders", "/x"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 1, "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("--metrics-addr") && out.stderr.contains(&addr),
+        "stderr:\n{}",
+        out.stderr
+    );
+    let out = run(
+        "zkr --metrics-addr nonsense",
+        zkr(
+            "127.0.0.1:1",
+            &["--metrics-addr", "nonsense", "holders", "/x"],
+        ),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code, 2, "a usage error; stderr:\n{}", out.stderr);
 }

@@ -1,6 +1,7 @@
 //! The argument grammar. Usage errors exit with status 2 (clap's own, and ours).
 
 use std::ffi::OsString;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -143,6 +144,33 @@ pub struct Global {
     /// Exit status when the lock or leadership is lost while CMD runs
     #[arg(long, value_name = "N", default_value_t = crate::EXIT_LOST as u8, global = true, help_heading = "Exit status options")]
     pub lost_exit_code: u8,
+
+    /// Serve the library's metrics (zk_recipes_*: acquires, hand-offs, holds, losses,
+    /// session events, requests) in Prometheus text format on http://HOST:PORT/ while zkr
+    /// runs [default: $ZKR_METRICS_ADDR]
+    #[arg(
+        long,
+        env = "ZKR_METRICS_ADDR",
+        hide_env = true,
+        value_name = "HOST:PORT",
+        value_parser = parse_listen_addr,
+        global = true,
+        help_heading = "Observability options"
+    )]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// `HOST:PORT` to listen on: an IP address, or a name that resolves (its first address).
+fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{text} resolves to no address")),
+        Err(e) => Err(format!("expected HOST:PORT, e.g. 127.0.0.1:9464 ({e})")),
+    }
 }
 
 /// `--acl`: the ACL of the nodes zkr creates.

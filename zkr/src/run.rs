@@ -132,7 +132,7 @@ fn pause_threshold(session_timeout: Duration) -> Duration {
 fn is_stop(sig: i32) -> bool {
     matches!(
         sig,
-        libc::SIGTERM | libc::SIGINT | libc::SIGHUP | libc::SIGQUIT
+        signals::SIGTERM | signals::SIGINT | signals::SIGHUP | signals::SIGQUIT
     )
 }
 
@@ -284,7 +284,7 @@ impl Supervised {
             }
         }
         if status.is_none() {
-            signals::kill_group(self.pgid, libc::SIGKILL);
+            signals::kill_group(self.pgid, signals::SIGKILL);
         }
         let _ = self.process.wait().await;
         status
@@ -314,7 +314,7 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
 
     let mut events = session.subscribe();
     let mut cont =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(libc::SIGCONT))
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(signals::SIGCONT))
             .map_err(|e| {
                 Fail::new(
                     crate::EXIT_FAILURE,
@@ -432,7 +432,7 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
     };
 
     // Lost: stop CMD before anything else.
-    cmd.stop(libc::SIGTERM);
+    cmd.stop(signals::SIGTERM);
     let why = match &loss {
         Loss::Paused(gap) => format!(
             "zkr was paused for {}, longer than 85% of the session timeout ({}): another process may hold it now",
@@ -449,7 +449,7 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
     let status = match tokio::time::timeout(bound, cmd.finish(spec.grace)).await {
         Ok(status) => status,
         Err(_) => {
-            signals::kill_group(cmd.pgid, libc::SIGKILL);
+            signals::kill_group(cmd.pgid, signals::SIGKILL);
             let _ = cmd.process.start_kill();
             None
         }
