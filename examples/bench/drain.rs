@@ -61,6 +61,7 @@ fn split(links: &mut [Link], t0: Instant) -> (f64, f64, f64) {
 
 struct DrainRun {
     secs: f64,
+    cpu: f64,
     split: (f64, f64, f64),
     queue_requests: u64,
     handoff_requests: u64,
@@ -110,6 +111,7 @@ async fn drain_once(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let q1 = requests(sessions);
     let mm0 = mntr(cs);
+    let c0 = cpu_us();
     let t0 = Instant::now();
     g0.release().await?;
     let mut links = Vec::with_capacity(n);
@@ -120,11 +122,13 @@ async fn drain_once(
                 .map_err(|_| "a drain waiter did not finish within 300 s")???,
         );
     }
+    let cpu = cpu_us() - c0;
     let last = links.iter().map(|l| l.release.1).max().unwrap_or(t0);
     let mm1 = mntr(cs);
     let d = |k: &str| mntr_get(&mm1, k) - mntr_get(&mm0, k);
     Ok(DrainRun {
         secs: (last - t0).as_secs_f64(),
+        cpu,
         split: split(&mut links, t0),
         queue_requests: q1 - q0,
         handoff_requests: requests(sessions) - q1,
@@ -134,12 +138,16 @@ async fn drain_once(
 }
 
 /// The raw chain: returns (drain time in seconds, split).
+/// With `mark`, each link releases as our lock does: one multi (set_data, delete), so the
+/// watcher behind it sees NodeDataChanged; the same server work as our release, without the
+/// recipe.
 async fn chain_once(
     clients: &[zk::Client],
     gate: &zk::Client,
     dir: &str,
     n: usize,
-) -> Res<(f64, (f64, f64, f64))> {
+    mark: bool,
+) -> Res<(f64, (f64, f64, f64), f64)> {
     gate.mkdir(dir, &PERSISTENT).await?;
     let prefix = format!("{dir}/n-");
     let (_, gate_seq) = gate.create(&prefix, b"", &EPHEMERAL_SEQUENTIAL).await?;
@@ -173,12 +181,22 @@ async fn chain_once(
             armed.fetch_add(1, Ordering::SeqCst);
             if stat.is_some() {
                 let ev = watch.changed().await;
-                if ev.event_type != zk::EventType::NodeDeleted {
+                if !matches!(
+                    ev.event_type,
+                    zk::EventType::NodeDeleted | zk::EventType::NodeDataChanged
+                ) {
                     return Err(format!("raw chain: unexpected {ev:?}").into());
                 }
             }
             let woke = Instant::now();
-            c.delete(&mine, None).await?;
+            if mark {
+                let mut multi = c.new_multi_writer();
+                multi.add_set_data(&mine, b"released", None)?;
+                multi.add_delete(&mine, None)?;
+                multi.commit().await?;
+            } else {
+                c.delete(&mine, None).await?;
+            }
             Ok::<_, BoxError>(Link {
                 woke,
                 release: (woke, Instant::now()),
@@ -190,6 +208,7 @@ async fn chain_once(
     })
     .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let c0 = cpu_us();
     let t0 = Instant::now();
     gate.delete(&gate_path, None).await?;
     let mut links = Vec::with_capacity(n);
@@ -200,8 +219,9 @@ async fn chain_once(
                 .map_err(|_| "a raw chain link did not finish within 300 s")???,
         );
     }
+    let cpu = cpu_us() - c0;
     let last = links.iter().map(|l| l.release.1).max().unwrap_or(t0);
-    Ok(((last - t0).as_secs_f64(), split(&mut links, t0)))
+    Ok(((last - t0).as_secs_f64(), split(&mut links, t0), cpu))
 }
 
 /// One drain of `n` waiters and one raw chain of `n` links, on the same number of sessions.
@@ -229,8 +249,36 @@ pub async fn run(
     drop(sessions);
 
     let clients = raw_clients(cs, s_count).await?;
-    let (chain_secs, chain_split) =
-        chain_once(&clients, &observer, &format!("{root}/chain-{n}-{round}"), n).await?;
+    let (chain_secs, chain_split, chain_cpu) = chain_once(
+        &clients,
+        &observer,
+        &format!("{root}/chain-{n}-{round}"),
+        n,
+        false,
+    )
+    .await?;
+    let multi = if cfg.chain_multi {
+        let (secs, split, _) = chain_once(
+            &clients,
+            &observer,
+            &format!("{root}/chain-multi-{n}-{round}"),
+            n,
+            true,
+        )
+        .await?;
+        let p = format!("drain_n{n}.raw_chain_multi");
+        m.put(&format!("{p}.per_handoff"), secs * 1e6 / n as f64, "us");
+        m.put(&format!("{p}.wake.p50"), split.0, "us");
+        m.put(&format!("{p}.release.p50"), split.1, "us");
+        format!(
+            "; raw chain releasing with our multi {:.0} us (wake-up {:.0} + multi {:.0})",
+            secs * 1e6 / n as f64,
+            split.0,
+            split.1
+        )
+    } else {
+        String::new()
+    };
     drop(clients);
 
     let per = run.secs * 1e6 / n as f64;
@@ -250,6 +298,14 @@ pub async fn run(
         "us",
     );
     m.put(&format!("{p}.vs_raw_chain"), per / chain_per, "x");
+    // Client CPU (this process, every thread: tokio workers and zookeeper-client's I/O) per
+    // hand-off while the queue drains.
+    m.put(&format!("{p}.client_cpu_per_handoff"), run.cpu / k, "us");
+    m.put(
+        &format!("{p}.raw_chain.client_cpu_per_handoff"),
+        chain_cpu / k,
+        "us",
+    );
     m.put(
         &format!("{p}.queue_requests_per_waiter"),
         run.queue_requests as f64 / k,
@@ -273,13 +329,16 @@ pub async fn run(
     m.put(&format!("{p}.violations"), ex.violations(), "count");
     println!(
         "   ours {per:.0} us per hand-off (wake-up p50 {:.0} + release p50 {:.0}, holder's own gap {:.0}); \
-         raw chain {chain_per:.0} us (wake-up {:.0} + delete {:.0}); {:.2}x",
+         raw chain {chain_per:.0} us (wake-up {:.0} + delete {:.0}); {:.2}x{multi}; \
+         client CPU per hand-off: ours {:.0} us, raw chain {:.0} us",
         run.split.0,
         run.split.1,
         run.split.2,
         chain_split.0,
         chain_split.1,
-        per / chain_per
+        per / chain_per,
+        run.cpu / k,
+        chain_cpu / k,
     );
     Ok(())
 }

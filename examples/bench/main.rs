@@ -70,6 +70,8 @@ usage: cargo run --release --example bench -- [options]
   --contended LIST      session counts for the contended section (default 8,32)
   --drain LIST          waiter counts for the drain section (default 1000)
   --drain-sessions N    at most N sessions carry the drain's waiters (default 50)
+  --chain-multi         in the drain section, also a raw chain whose links release with our
+                        multi (set_data + delete): the server's share of our release
   --herd N              waiters in the herd section (default 50, as PeerBench)
 
 env: ZK_CONNECT=host:port use that ZooKeeper instead of starting one (server settings unknown)
@@ -88,6 +90,7 @@ pub struct Cfg {
     contended: Vec<usize>,
     drain: Vec<usize>,
     pub drain_sessions: usize,
+    pub chain_multi: bool,
     pub herd: usize,
 }
 
@@ -130,6 +133,7 @@ impl Cfg {
             contended: vec![8, 32],
             drain: vec![1000],
             drain_sessions: 50,
+            chain_multi: false,
             herd: 50,
         };
         let mut args = std::env::args().skip(1);
@@ -156,6 +160,7 @@ impl Cfg {
                 "--contended" => cfg.contended = list(&value()?)?,
                 "--drain" => cfg.drain = list(&value()?)?,
                 "--drain-sessions" => cfg.drain_sessions = value()?.parse::<usize>()?.max(1),
+                "--chain-multi" => cfg.chain_multi = true,
                 "--herd" => cfg.herd = value()?.parse::<usize>()?.max(1),
                 other => return Err(format!("unknown argument {other:?}\n\n{HELP}").into()),
             }

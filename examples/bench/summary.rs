@@ -102,12 +102,22 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
                 Goal::None
             },
         });
+        v.push(Row {
+            label: format!(
+                "drained hand-off, {n} waiters [µs] (base: raw chain releasing with our multi)"
+            ),
+            ours: format!("drain_n{n}.per_handoff"),
+            base: Some(format!("drain_n{n}.raw_chain_multi.per_handoff")),
+            curator: None,
+            kazoo: None,
+            goal: Goal::None,
+        });
         for (what, key) in [
-            ("wake-up", "wake.p50"),
-            ("release", "release.p50"),
-            ("holder's own gap", "holder_gap.p50"),
+            ("wake-up p50", "wake.p50"),
+            ("release p50", "release.p50"),
+            ("client CPU per hand-off", "client_cpu_per_handoff"),
         ] {
-            let label = format!("  {what} p50, {n} waiters [µs] (base: raw chain)");
+            let label = format!("  {what}, {n} waiters [µs] (base: raw chain)");
             v.push(Row {
                 label,
                 ours: format!("drain_n{n}.{key}"),
@@ -197,7 +207,11 @@ pub fn print(
         let b = r.base.as_deref().and_then(|k| stat(ours, k));
         let c = r.curator.as_deref().and_then(|k| stat(peers, k));
         let k = r.kazoo.as_deref().and_then(|k| stat(peers, k));
-        let ratio = |x: Option<Stat>| Some(o?.med / x?.med);
+        if r.base.is_some() && b.is_none() {
+            continue;
+        }
+        // A ratio of two zeros (violations) says nothing.
+        let ratio = |x: Option<Stat>| Some(o?.med / x?.med).filter(|r| r.is_finite());
         let mut ratios = Vec::new();
         if let Some(x) = ratio(b) {
             ratios.push(format!("{x:.2}x base"));
