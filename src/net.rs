@@ -2,7 +2,7 @@
 //!
 //! `zookeeper-client` 0.11 never sets TCP_NODELAY on its socket, so Nagle's algorithm holds
 //! the second of two pipelined requests (create + list, for instance) until the first one is
-//! acknowledged, which turns one round trip into two. Measured with `examples/bench.rs`.
+//! acknowledged, which turns one round trip into two. Measured with `examples/bench/`.
 //!
 //! Its socket is private (no hook to it or to the connector), so the session manager finds it
 //! from the outside (Linux: `/proc/self/fd`): it notes this process's TCP sockets connected to

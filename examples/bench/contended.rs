@@ -1,0 +1,135 @@
+//! Section 2, contended: N sessions (8, 32), one task each, looping `lock()` → `release()` on one
+//! path for `warm + cdur` seconds; hand-offs/s = acquisitions completed inside the `cdur`
+//! window / `cdur` (PeerBench's `contended_nN.handoffs_per_s`).
+//!
+//! Section 5, read/write: 8 readers, then 8 readers + 2 writers, one session each, like PeerBench's
+//! `rwLock(8, 0)` / `rwLock(8, 2)`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use zk_recipes::{FairLock, RwLock};
+
+use crate::common::*;
+use crate::Cfg;
+
+pub async fn fair_lock(cs: &str, root: &str, cfg: &Cfg, n: usize, m: &mut Metrics) -> Res<()> {
+    section(&format!(
+        "2. contended FairLock, {n} sessions looping lock -> release on one path"
+    ));
+    let sessions = connect_many(cs, n).await?;
+    let path = format!("{root}/mutex-n{n}");
+    let ex = Arc::new(Exclusion::default());
+    let (w, recs) = run_workers(cs, &sessions, cfg, |_, session, stop| {
+        let (ex, path) = (ex.clone(), path.clone());
+        async move {
+            let lock = FairLock::new(&session, &path)?;
+            let mut recs = Recs::new();
+            while !stop.load(Ordering::SeqCst) {
+                let t0 = Instant::now();
+                let guard = lock.lock().await?;
+                let t1 = Instant::now();
+                ex.enter_exclusive(guard.fencing_token());
+                recs.push((t1, t1 - t0));
+                ex.leave_exclusive();
+                guard.release().await?;
+            }
+            Ok(recs)
+        }
+    })
+    .await?;
+    let s = in_window(&recs, w.ws, w.we);
+    let p = format!("contended_n{n}");
+    let done = s.len().max(1) as f64;
+    m.put(
+        &format!("{p}.handoffs_per_s"),
+        s.len() as f64 / cfg.cdur,
+        "ops/s",
+    );
+    m.put(&format!("{p}.wait.p50"), s.pct(50.0), "us");
+    m.put(&format!("{p}.wait.p99"), s.pct(99.0), "us");
+    m.put(&format!("{p}.violations"), ex.violations(), "count");
+    m.put(
+        &format!("{p}.requests_per_acquisition"),
+        w.requests as f64 / done,
+        "requests",
+    );
+    m.put(
+        &format!("{p}.server_packets_per_acquisition"),
+        w.packets / done,
+        "packets",
+    );
+    close_all(&sessions).await;
+    Ok(())
+}
+
+pub async fn rw(
+    cs: &str,
+    root: &str,
+    cfg: &Cfg,
+    readers: usize,
+    writers: usize,
+    m: &mut Metrics,
+) -> Res<()> {
+    section(&format!(
+        "5. read/write lock, {readers} readers + {writers} writers, one session each, looping acquire -> release"
+    ));
+    let sessions = connect_many(cs, readers + writers).await?;
+    let path = format!("{root}/rw-r{readers}w{writers}");
+    let ex = Arc::new(Exclusion::default());
+    let (w, recs) = run_workers(cs, &sessions, cfg, |i, session, stop| {
+        let (ex, path) = (ex.clone(), path.clone());
+        async move {
+            let lock = RwLock::new(&session, &path)?;
+            let mut recs = Recs::new();
+            while !stop.load(Ordering::SeqCst) {
+                let t0 = Instant::now();
+                if i < readers {
+                    let guard = lock.read().await?;
+                    let t1 = Instant::now();
+                    ex.enter_shared();
+                    recs.push((t1, t1 - t0));
+                    ex.leave_shared();
+                    guard.release().await?;
+                } else {
+                    let guard = lock.write().await?;
+                    let t1 = Instant::now();
+                    ex.enter_exclusive(guard.fencing_token());
+                    recs.push((t1, t1 - t0));
+                    ex.leave_exclusive();
+                    guard.release().await?;
+                }
+            }
+            Ok(recs)
+        }
+    })
+    .await?;
+    let p = format!("rwlock.r{readers}w{writers}");
+    let r = in_window(&recs[..readers], w.ws, w.we);
+    m.put(
+        &format!("{p}.read_acq_per_s"),
+        r.len() as f64 / cfg.cdur,
+        "ops/s",
+    );
+    m.put(&format!("{p}.read_wait.p50"), r.pct(50.0), "us");
+    let mut total = r.len();
+    if writers > 0 {
+        let wr = in_window(&recs[readers..], w.ws, w.we);
+        total += wr.len();
+        m.put(
+            &format!("{p}.write_acq_per_s"),
+            wr.len() as f64 / cfg.cdur,
+            "ops/s",
+        );
+        m.put(&format!("{p}.write_wait.p50"), wr.pct(50.0), "us");
+    }
+    m.put(&format!("{p}.violations"), ex.violations(), "count");
+    m.put(
+        &format!("{p}.requests_per_acquisition"),
+        w.requests as f64 / total.max(1) as f64,
+        "requests",
+    );
+    close_all(&sessions).await;
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! Section 3: the drain, beside the raw chain.
+//!
+//! **Drain**: a gate session holds the lock; N waiters queue behind it (spread over at most
+//! `--drain-sessions` sessions, so 1000 waiters are 50 sessions × 20 `FairLock::lock()`
+//! tasks, each its own contender). Once every waiter has sent its requests, the gate releases
+//! and the clock runs until the last waiter has taken and released the lock. Cost per
+//! hand-off = drain time / N.
+//!
+//! **Raw chain** (the protocol's floor, same client library, same server, same spread over
+//! sessions): N nodes made with bare `zookeeper_client::Client`s, each link waiting with an
+//! `exists` watch for its predecessor's deletion and then deleting its own node. A hand-off
+//! there is exactly one write and one notification, with no ACL, no mark, no own-node watch
+//! and no recipe code. The two take turns, drain then chain, each round.
+//!
+//! Both record per hand-off when the waiter learned it leads (ours: `lock()` returned; raw:
+//! the watch fired) and when its release (ours: `release()`; raw: `delete`) started and
+//! ended, so the extra cost splits into the *wake-up* (previous release sent → next waiter
+//! runs: server commit + notification + our client's event path) and the *release* (request
+//! sent → reply).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zk_recipes::{zk, FairLock, Session};
+
+use crate::common::*;
+use crate::Cfg;
+
+/// One hand-off as the waiter saw it.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    /// The waiter learned it leads.
+    woke: Instant,
+    /// Its release was called, and returned.
+    release: (Instant, Instant),
+}
+
+/// Medians of the split of a drain's hand-offs, in microseconds: (wake-up, release, the
+/// holder's own time between them).
+fn split(links: &mut [Link], t0: Instant) -> (f64, f64, f64) {
+    links.sort_by_key(|l| l.woke);
+    let (mut wake, mut rel, mut hold) = <(Samples, Samples, Samples)>::default();
+    let mut prev_release = t0;
+    for l in links.iter() {
+        wake.add(l.woke.saturating_duration_since(prev_release));
+        hold.add(l.release.0 - l.woke);
+        rel.add(l.release.1 - l.release.0);
+        prev_release = l.release.0;
+    }
+    if std::env::var_os("BENCH_DRAIN_TAILS").is_some() {
+        let mean = |s: &Samples| s.0.iter().sum::<u64>() as f64 / s.len().max(1) as f64 / 1e3;
+        println!(
+            "   wake-up: mean {:.0} p90 {:.0} p99 {:.0} max {:.0} us; release: mean {:.0} p90 {:.0} p99 {:.0} max {:.0} us",
+            mean(&wake), wake.pct(90.0), wake.pct(99.0), wake.pct(100.0),
+            mean(&rel), rel.pct(90.0), rel.pct(99.0), rel.pct(100.0)
+        );
+    }
+    (wake.pct(50.0), rel.pct(50.0), hold.pct(50.0))
+}
+
+struct DrainRun {
+    secs: f64,
+    cpu: f64,
+    split: (f64, f64, f64),
+    queue_requests: u64,
+    handoff_requests: u64,
+    packets: f64,
+    fired: f64,
+}
+
+async fn drain_once(
+    cs: &str,
+    sessions: &[Session],
+    gate_session: &Session,
+    observer: &zk::Client,
+    path: &str,
+    n: usize,
+    ex: &Arc<Exclusion>,
+) -> Res<DrainRun> {
+    let gate = FairLock::new(gate_session, path)?;
+    let g0 = gate.lock().await?;
+    let q0 = requests(sessions);
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let lock = FairLock::new(&sessions[i % sessions.len()], path)?;
+        let ex = ex.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await?;
+            let woke = Instant::now();
+            ex.enter_exclusive(guard.fencing_token());
+            ex.leave_exclusive();
+            let r0 = Instant::now();
+            guard.release().await?;
+            Ok::<_, BoxError>(Link {
+                woke,
+                release: (r0, Instant::now()),
+            })
+        }));
+    }
+    // Queued: every waiter has sent create + list + its two exists, every node is listed,
+    // and the replies have had time to arrive.
+    wait_until(Duration::from_secs(120), "the waiters to queue", || {
+        requests(sessions) - q0 >= 4 * n as u64
+    })
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count_children(observer, path).await < n + 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let q1 = requests(sessions);
+    let mm0 = mntr(cs);
+    let c0 = cpu_us();
+    let t0 = Instant::now();
+    g0.release().await?;
+    let mut links = Vec::with_capacity(n);
+    for t in tasks {
+        links.push(
+            tokio::time::timeout(Duration::from_secs(300), t)
+                .await
+                .map_err(|_| "a drain waiter did not finish within 300 s")???,
+        );
+    }
+    let cpu = cpu_us() - c0;
+    let last = links.iter().map(|l| l.release.1).max().unwrap_or(t0);
+    let mm1 = mntr(cs);
+    let d = |k: &str| mntr_get(&mm1, k) - mntr_get(&mm0, k);
+    Ok(DrainRun {
+        secs: (last - t0).as_secs_f64(),
+        cpu,
+        split: split(&mut links, t0),
+        queue_requests: q1 - q0,
+        handoff_requests: requests(sessions) - q1,
+        packets: d("zk_packets_received"),
+        fired: FIRED_KEYS.iter().map(|k| d(k)).sum(),
+    })
+}
+
+/// The raw chain: returns (drain time in seconds, split).
+/// With `mark`, each link releases as our lock does: one multi (set_data, delete), so the
+/// watcher behind it sees NodeDataChanged; the same server work as our release, without the
+/// recipe.
+async fn chain_once(
+    clients: &[zk::Client],
+    gate: &zk::Client,
+    dir: &str,
+    n: usize,
+    mark: bool,
+) -> Res<(f64, (f64, f64, f64), f64)> {
+    gate.mkdir(dir, &PERSISTENT).await?;
+    let prefix = format!("{dir}/n-");
+    let (_, gate_seq) = gate.create(&prefix, b"", &EPHEMERAL_SEQUENTIAL).await?;
+    let gate_path = format!("{prefix}{gate_seq}");
+    // Every link's node, created in order (pipelined per client; the sequence numbers give
+    // the order the server saw).
+    let mut made = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
+        let futs = chunk.iter().map(|&i| {
+            let c = clients[i % clients.len()].clone();
+            let prefix = prefix.clone();
+            async move {
+                let (_, seq) = c.create(&prefix, b"", &EPHEMERAL_SEQUENTIAL).await?;
+                Ok::<_, zk::Error>((seq.into_i64(), i))
+            }
+        });
+        for r in futures::future::join_all(futs).await {
+            made.push(r?);
+        }
+    }
+    made.sort();
+    let armed = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(n);
+    let mut pred = gate_path.clone();
+    for &(seq, i) in &made {
+        let mine = format!("{prefix}{:010}", seq);
+        let c = clients[i % clients.len()].clone();
+        let (armed, watched) = (armed.clone(), std::mem::replace(&mut pred, mine.clone()));
+        tasks.push(tokio::spawn(async move {
+            let (stat, watch) = c.check_and_watch_stat(&watched).await?;
+            armed.fetch_add(1, Ordering::SeqCst);
+            if stat.is_some() {
+                let ev = watch.changed().await;
+                if !matches!(
+                    ev.event_type,
+                    zk::EventType::NodeDeleted | zk::EventType::NodeDataChanged
+                ) {
+                    return Err(format!("raw chain: unexpected {ev:?}").into());
+                }
+            }
+            let woke = Instant::now();
+            if mark {
+                let mut multi = c.new_multi_writer();
+                multi.add_set_data(&mine, b"released", None)?;
+                multi.add_delete(&mine, None)?;
+                multi.commit().await?;
+            } else {
+                c.delete(&mine, None).await?;
+            }
+            Ok::<_, BoxError>(Link {
+                woke,
+                release: (woke, Instant::now()),
+            })
+        }));
+    }
+    wait_until(Duration::from_secs(120), "the raw chain to arm", || {
+        armed.load(Ordering::SeqCst) >= n
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let c0 = cpu_us();
+    let t0 = Instant::now();
+    gate.delete(&gate_path, None).await?;
+    let mut links = Vec::with_capacity(n);
+    for t in tasks {
+        links.push(
+            tokio::time::timeout(Duration::from_secs(300), t)
+                .await
+                .map_err(|_| "a raw chain link did not finish within 300 s")???,
+        );
+    }
+    let cpu = cpu_us() - c0;
+    let last = links.iter().map(|l| l.release.1).max().unwrap_or(t0);
+    Ok(((last - t0).as_secs_f64(), split(&mut links, t0), cpu))
+}
+
+/// One drain of `n` waiters and one raw chain of `n` links, on the same number of sessions.
+pub async fn run(
+    cs: &str,
+    root: &str,
+    cfg: &Cfg,
+    n: usize,
+    round: usize,
+    m: &mut Metrics,
+) -> Res<()> {
+    let s_count = n.min(cfg.drain_sessions);
+    section(&format!(
+        "3. drain {n} queued waiters ({s_count} sessions x {} FairLock contenders), then the raw chain on {s_count} bare clients",
+        n.div_ceil(s_count),
+    ));
+    let sessions = connect_many(cs, s_count).await?;
+    let gate_session = connect(cs).await?;
+    let observer = raw_client(cs).await?;
+    let ex = Arc::new(Exclusion::default());
+    let path = format!("{root}/drain-{n}-{round}");
+    let run = drain_once(cs, &sessions, &gate_session, &observer, &path, n, &ex).await?;
+    close_all(&sessions).await;
+    gate_session.close().await;
+    drop(sessions);
+
+    let clients = raw_clients(cs, s_count).await?;
+    let (chain_secs, chain_split, chain_cpu) = chain_once(
+        &clients,
+        &observer,
+        &format!("{root}/chain-{n}-{round}"),
+        n,
+        false,
+    )
+    .await?;
+    let multi = if cfg.chain_multi {
+        let (secs, split, _) = chain_once(
+            &clients,
+            &observer,
+            &format!("{root}/chain-multi-{n}-{round}"),
+            n,
+            true,
+        )
+        .await?;
+        let p = format!("drain_n{n}.raw_chain_multi");
+        m.put(&format!("{p}.per_handoff"), secs * 1e6 / n as f64, "us");
+        m.put(&format!("{p}.wake.p50"), split.0, "us");
+        m.put(&format!("{p}.release.p50"), split.1, "us");
+        format!(
+            "; raw chain releasing with our multi {:.0} us (wake-up {:.0} + multi {:.0})",
+            secs * 1e6 / n as f64,
+            split.0,
+            split.1
+        )
+    } else {
+        String::new()
+    };
+    drop(clients);
+
+    let per = run.secs * 1e6 / n as f64;
+    let chain_per = chain_secs * 1e6 / n as f64;
+    let k = n as f64;
+    let p = format!("drain_n{n}");
+    m.put(&format!("{p}.per_handoff"), per, "us");
+    m.put(&format!("{p}.wake.p50"), run.split.0, "us");
+    m.put(&format!("{p}.release.p50"), run.split.1, "us");
+    m.put(&format!("{p}.holder_gap.p50"), run.split.2, "us");
+    m.put(&format!("{p}.raw_chain.per_handoff"), chain_per, "us");
+    m.put(&format!("{p}.raw_chain.wake.p50"), chain_split.0, "us");
+    m.put(&format!("{p}.raw_chain.release.p50"), chain_split.1, "us");
+    m.put(
+        &format!("{p}.raw_chain.holder_gap.p50"),
+        chain_split.2,
+        "us",
+    );
+    m.put(&format!("{p}.vs_raw_chain"), per / chain_per, "x");
+    // Client CPU (this process, every thread: tokio workers and zookeeper-client's I/O) per
+    // hand-off while the queue drains.
+    m.put(&format!("{p}.client_cpu_per_handoff"), run.cpu / k, "us");
+    m.put(
+        &format!("{p}.raw_chain.client_cpu_per_handoff"),
+        chain_cpu / k,
+        "us",
+    );
+    m.put(
+        &format!("{p}.queue_requests_per_waiter"),
+        run.queue_requests as f64 / k,
+        "requests",
+    );
+    m.put(
+        &format!("{p}.requests_per_handoff"),
+        run.handoff_requests as f64 / k,
+        "requests",
+    );
+    m.put(
+        &format!("{p}.server_packets_per_handoff"),
+        run.packets / k,
+        "packets",
+    );
+    m.put(
+        &format!("{p}.notifications_per_handoff"),
+        run.fired / k,
+        "events",
+    );
+    m.put(&format!("{p}.violations"), ex.violations(), "count");
+    println!(
+        "   ours {per:.0} us per hand-off (wake-up p50 {:.0} + release p50 {:.0}, holder's own gap {:.0}); \
+         raw chain {chain_per:.0} us (wake-up {:.0} + delete {:.0}); {:.2}x{multi}; \
+         client CPU per hand-off: ours {:.0} us, raw chain {:.0} us",
+        run.split.0,
+        run.split.1,
+        run.split.2,
+        chain_split.0,
+        chain_split.1,
+        per / chain_per,
+        run.cpu / k,
+        chain_cpu / k,
+    );
+    Ok(())
+}
