@@ -454,7 +454,7 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
         acquired_at: Instant::now(),
         env: Vec::new(),
     };
-    run::run(Held::Lock(guard), spec, signals).await
+    run::run(Held::new(guard, "the lock"), spec, signals).await
 }
 
 /// `zkr read|write PATH [--timeout DUR | --try] [--layout L] -- CMD`.
@@ -479,12 +479,18 @@ async fn rw(
         let future = acquire_future!(mode, lock, write, try_write, write_timeout);
         let result = wait::acquire(future, &progress, signals, a.wait.try_lock).await;
         let note = busy_note(&result, &progress).await;
-        Held::Write(acquired(result, path, Some(&a.wait), note)?)
+        Held::new(
+            acquired(result, path, Some(&a.wait), note)?,
+            "the write lock",
+        )
     } else {
         let future = acquire_future!(mode, lock, read, try_read, read_timeout);
         let result = wait::acquire(future, &progress, signals, a.wait.try_lock).await;
         let note = busy_note(&result, &progress).await;
-        Held::Read(acquired(result, path, Some(&a.wait), note)?)
+        Held::new(
+            acquired(result, path, Some(&a.wait), note)?,
+            "the read lock",
+        )
     };
     let spec = RunSpec {
         path: path.to_string(),
@@ -515,7 +521,7 @@ async fn elect(session: &Session, g: &Global, a: &ElectArgs, signals: &mut Signa
         acquired_at: Instant::now(),
         env: vec![("ZK_LEADER_ID".to_string(), a.id.clone())],
     };
-    run::run(Held::Leader(leadership), spec, signals).await
+    run::run(Held::new(leadership, "leadership"), spec, signals).await
 }
 
 /// Who holds, for the message of a `--try` refusal or a timeout.

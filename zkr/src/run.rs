@@ -27,7 +27,7 @@ use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
-use zk_recipes::{Leadership, LockGuard, ReadGuard, Session, SessionEvent, WriteGuard};
+use zk_recipes::{LockGuard, Session, SessionEvent};
 
 use crate::duration::human;
 use crate::signals::{self, Signals};
@@ -36,69 +36,53 @@ use crate::{Fail, Outcome, EXIT_LOST};
 /// How often the supervising loop looks at the clock.
 const TICK: Duration = Duration::from_millis(100);
 
-/// What is held while CMD runs.
-pub enum Held {
-    Lock(LockGuard),
-    Read(ReadGuard),
-    Write(WriteGuard),
-    Leader(Leadership),
-}
-
-/// Calls the same accessor on whichever guard is held.
-macro_rules! each {
-    ($held:expr, $g:ident => $e:expr) => {
-        match $held {
-            Held::Lock($g) => $e,
-            Held::Read($g) => $e,
-            Held::Write($g) => $e,
-            Held::Leader($g) => $e,
-        }
-    };
+/// What is held while CMD runs: the library's guard core, whatever the recipe.
+pub struct Held {
+    guard: LockGuard,
+    what: &'static str,
 }
 
 impl Held {
-    fn what(&self) -> &'static str {
-        match self {
-            Held::Lock(_) => "the lock",
-            Held::Read(_) => "the read lock",
-            Held::Write(_) => "the write lock",
-            Held::Leader(_) => "leadership",
+    pub fn new(guard: impl Into<LockGuard>, what: &'static str) -> Held {
+        Held {
+            guard: guard.into(),
+            what,
         }
     }
 
+    fn what(&self) -> &'static str {
+        self.what
+    }
+
     fn node(&self) -> String {
-        each!(self, g => g.path().to_string())
+        self.guard.path().to_string()
     }
 
     fn fencing_token(&self) -> i64 {
-        each!(self, g => g.fencing_token())
+        self.guard.fencing_token()
     }
 
     fn session_id(&self) -> i64 {
-        each!(self, g => g.session_id())
+        self.guard.session_id()
     }
 
     fn is_lost(&self) -> bool {
-        each!(self, g => g.is_lost())
+        self.guard.is_lost()
     }
 
     fn loss_reason(&self) -> String {
-        let reason = each!(self, g => g.loss_reason());
-        reason.map_or_else(|| "lost".to_string(), |r| r.to_string())
+        self.guard
+            .loss_reason()
+            .map_or_else(|| "lost".to_string(), |r| r.to_string())
     }
 
     async fn lost(&self) {
-        each!(self, g => g.lost().await)
+        self.guard.lost().await
     }
 
     /// Releases the lock, or resigns the leadership.
     async fn release(self) -> zk_recipes::Result<()> {
-        match self {
-            Held::Lock(g) => g.release().await,
-            Held::Read(g) => g.release().await,
-            Held::Write(g) => g.release().await,
-            Held::Leader(g) => g.resign().await,
-        }
+        self.guard.release().await
     }
 }
 
