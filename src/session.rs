@@ -767,7 +767,7 @@ impl Drop for LastHandle {
 /// use zk_recipes::{Session, SessionEvent};
 ///
 /// let session = Session::builder("127.0.0.1:2181").connect().await?;
-/// let mut events = session.events();
+/// let mut events = session.latest_state();
 /// tokio::spawn(async move {
 ///     while events.changed().await.is_ok() {
 ///         if let SessionEvent::Expired { epoch } = *events.borrow() {
@@ -847,9 +847,10 @@ impl Session {
         *self.shared.events.borrow()
     }
 
-    /// A receiver of state changes; it sees the latest state at once and every later change
-    /// (intermediate states may be skipped if the receiver is slow, as with any `watch`).
-    pub fn events(&self) -> watch::Receiver<SessionEvent> {
+    /// The latest state, as a `watch` receiver: it sees the current state at once and then
+    /// the newest one whenever it looks (intermediate states are skipped if it is slow). For
+    /// every change in order, use [`every_change`](Self::every_change).
+    pub fn latest_state(&self) -> watch::Receiver<SessionEvent> {
         self.shared.events.subscribe()
     }
 
@@ -893,20 +894,20 @@ impl Session {
         self.shared.counters.requests.load(Ordering::Relaxed)
     }
 
-    /// Every state change from now on, in order (unlike [`events`](Self::events), which
-    /// keeps only the latest). A receiver more than 256 changes behind gets `Lagged`.
+    /// Every state change from now on, in order (unlike [`latest_state`](Self::latest_state),
+    /// which keeps only the newest). A receiver more than 256 changes behind gets `Lagged`.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn f(session: zk_recipes::Session) {
-    /// let mut changes = session.subscribe();
+    /// let mut changes = session.every_change();
     /// while let Ok(change) = changes.recv().await {
     ///     println!("session: {change:?}");
     /// }
     /// # }
     /// ```
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<SessionEvent> {
+    pub fn every_change(&self) -> tokio::sync::broadcast::Receiver<SessionEvent> {
         self.shared.history.subscribe()
     }
 
@@ -932,13 +933,13 @@ impl Session {
     /// Cancel safe: the close carries on in the background once started.
     pub async fn close(&self) {
         self.shared.shutdown.cancel();
-        let mut events = self.events();
+        let mut events = self.latest_state();
         let _ = events.wait_for(|e| *e == SessionEvent::Closed).await;
     }
 
     /// The current epoch, waiting for one if the manager is between sessions.
     pub(crate) async fn epoch(&self) -> Result<Arc<Epoch>> {
-        let mut events = self.events();
+        let mut events = self.latest_state();
         loop {
             if let Some(epoch) = self.current_epoch() {
                 return Ok(epoch);

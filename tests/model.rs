@@ -711,7 +711,7 @@ async fn run_schedule(seed: u64) -> Outcome {
 
     // Session events: epochs that end, and every disturbance.
     for (i, s) in sessions.iter().enumerate() {
-        let mut events = s.subscribe();
+        let mut events = s.every_change();
         let rec = rec.clone();
         let done = done.clone();
         tokio::spawn(async move {

@@ -20,7 +20,7 @@ async fn expiry_while_holding() {
     // first while the proxy is blocked; grace_reports_loss_before_the_lock_moves covers it).
     let (s, proxy) = session_via_proxy(Duration::from_secs(2), LossPolicy::OnExpiry).await;
     assert_eq!(s.epoch_number(), Some(1));
-    let mut events = s.subscribe();
+    let mut events = s.every_change();
     let lock = ExclusiveLock::new(&s, &path).unwrap();
     let g = lock.lock().await.unwrap();
     let started = Instant::now();

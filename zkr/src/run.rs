@@ -296,7 +296,7 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
         ));
     }
 
-    let mut events = session.subscribe();
+    let mut events = session.every_change();
     let mut cont =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(signals::SIGCONT))
             .map_err(|e| {
