@@ -740,9 +740,21 @@ struct Shared {
     shutdown: CancellationToken,
     /// Nodes (by czxid) that something in this process has claimed as its own: a live guard,
     /// or a cleanup about to delete the node. See [`Session::claim`].
-    claims: Mutex<std::collections::HashSet<i64>>,
+    claims: Mutex<Claims>,
     /// One async mutex per simple-lock path, see [`Session::serialize_path`].
     path_locks: Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
+}
+
+/// How many retired czxids a session remembers (see [`Session::unclaim`]): far more than the
+/// acquisitions one late read can span.
+const RETIRED_CLAIMS: usize = 4096;
+
+/// The nodes claimed in this process, and the recently retired ones.
+#[derive(Default)]
+struct Claims {
+    live: std::collections::HashSet<i64>,
+    retired: std::collections::HashSet<i64>,
+    order: std::collections::VecDeque<i64>,
 }
 
 /// Cancels the supervisor when the last [`Session`] handle goes.
@@ -969,12 +981,23 @@ impl Session {
     /// handles or a guard and a cancelled acquire of one session can never both decide that
     /// the same node is theirs.
     pub(crate) fn claim(&self, czxid: i64) -> bool {
-        self.shared.claims.lock().unwrap().insert(czxid)
+        let mut claims = self.shared.claims.lock().unwrap();
+        !claims.retired.contains(&czxid) && claims.live.insert(czxid)
     }
 
-    /// Gives up a claim made with [`claim`](Self::claim).
+    /// Gives up a claim made with [`claim`](Self::claim), once the node is gone (or not ours
+    /// to delete). The czxid is remembered as retired, so that a read answered late (one
+    /// that still saw the node) can never make another acquire or cleanup take it again.
     pub(crate) fn unclaim(&self, czxid: i64) {
-        self.shared.claims.lock().unwrap().remove(&czxid);
+        let mut claims = self.shared.claims.lock().unwrap();
+        if claims.live.remove(&czxid) && claims.retired.insert(czxid) {
+            claims.order.push_back(czxid);
+            if claims.order.len() > RETIRED_CLAIMS {
+                if let Some(old) = claims.order.pop_front() {
+                    claims.retired.remove(&old);
+                }
+            }
+        }
     }
 
     /// Serializes, within this process, everything that creates a node at a fixed `path` or

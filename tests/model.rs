@@ -1760,3 +1760,13 @@ async fn regression_seed_1067_stale_read_release_deletes_the_next_holders_node()
 async fn regression_seed_3729_semaphore_count_overwritten_under_racing_contenders() {
     replay(3729, 3).await;
 }
+
+/// The cleanup of a cancelled simple-lock acquire read the node of a guard of its own session
+/// whose release was on its way; by the time it looked at the claims the release had finished
+/// and given the claim up, so the cleanup took the (gone) node for an orphan and deleted, at
+/// version 0, the node another session had made meanwhile. A given-up claim is now retired
+/// for good, and the cleanup deletes only after reading the czxid again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_1589_cleanup_deletes_a_node_made_after_its_read() {
+    replay(1589, 3).await;
+}

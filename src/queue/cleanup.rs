@@ -127,11 +127,8 @@ async fn clean(session: &Session, epoch: &Epoch, target: Target) -> Result<()> {
         Target::Fixed { path, serial } => {
             let _serial = serial;
             if let Fixed::Ours(czxid) = decide_fixed(session, epoch, &path).await {
-                // As a guard's release: conditional, retried, never another node.
-                let gate = std::sync::Mutex::new(false);
-                let deleted =
-                    super::holding::release_retrying(epoch, &path, false, Some(czxid), &gate, None)
-                        .await;
+                // Conditional on the czxid (read again just before), retried.
+                let deleted = super::holding::delete_if_czxid(epoch, &path, czxid).await;
                 session.unclaim(czxid);
                 match deleted {
                     Ok(()) | Err(zk::Error::NoNode) => {}

@@ -371,7 +371,7 @@ fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bo
 /// as long as the epoch lives: a release lost in a blip would otherwise leave the node, and
 /// the lock, held until the session ends. A retry after a release that was applied after all
 /// finds the node gone (`NoNode`, or another czxid at a shared path).
-pub(super) async fn release_retrying(
+async fn release_retrying(
     epoch: &Epoch,
     path: &str,
     mark: bool,
@@ -384,6 +384,31 @@ pub(super) async fn release_retrying(
         Some(czxid) => Check::Czxid(czxid),
         None => Check::None,
     };
+    retrying(epoch, path, mark, verify, first, gate, monitor).await
+}
+
+/// Deletes the node at the shared `path` only while it is the one created at `czxid` (read
+/// just before), retried like a release: the cleanup of a cancelled simple-lock acquire,
+/// whose decision was made on a read that may be old by now.
+pub(super) async fn delete_if_czxid(
+    epoch: &Epoch,
+    path: &str,
+    czxid: i64,
+) -> std::result::Result<(), zk::Error> {
+    let gate = Mutex::new(false);
+    let first = Check::Czxid(czxid);
+    retrying(epoch, path, false, Some(czxid), first, &gate, None).await
+}
+
+async fn retrying(
+    epoch: &Epoch,
+    path: &str,
+    mark: bool,
+    verify: Option<i64>,
+    first: Check,
+    gate: &Mutex<bool>,
+    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+) -> std::result::Result<(), zk::Error> {
     let again_check = verify.map_or(Check::None, Check::Czxid);
     let mut result = release_node(epoch, path, mark, first, gate, monitor).await;
     let mut backoff = Duration::from_millis(20);
