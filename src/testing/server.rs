@@ -350,6 +350,23 @@ impl ZooKeeperServer {
     pub fn pause(&self) -> Result<()> {
         self.send_signal(libc::SIGSTOP)?;
         self.paused.store(true, Ordering::SeqCst);
+        // The signal is delivered asynchronously: on a loaded machine the JVM may still answer
+        // for a moment. Return once the kernel reports it stopped.
+        if let Some(pid) = self.pid() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // The state follows the parenthesised command name.
+                let state = stat
+                    .rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().next());
+                if matches!(state, Some("T" | "t")) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         Ok(())
     }
 
