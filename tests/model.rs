@@ -1770,3 +1770,12 @@ async fn regression_seed_3729_semaphore_count_overwritten_under_racing_contender
 async fn regression_seed_1589_cleanup_deletes_a_node_made_after_its_read() {
     replay(1589, 3).await;
 }
+
+/// A simple-lock holder cut off from the server released; its blind delete at version 0
+/// waited in the client for the reconnect and then removed the node another session had
+/// taken after an administrator deleted ours. A release while disconnected now reads the
+/// czxid first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_1511_release_queued_behind_a_reconnect() {
+    replay(1511, 3).await;
+}

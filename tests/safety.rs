@@ -565,3 +565,48 @@ async fn a_late_simple_lock_release_never_deletes_the_next_holders_node() {
     s.close().await;
     other.close().await;
 }
+
+/// Given a simple-lock holder cut off from the server, when it releases (its request waits in
+/// the client for the reconnect) while an administrator deletes its node and another session
+/// takes the lock, then the release, sent after the reconnect, leaves the new holder's node
+/// alone (before the fix the queued blind delete at version 0 removed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_queued_behind_a_reconnect_never_deletes_the_next_holders_node() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let other = session().await;
+    let path = format!("{}/simple", unique_root("queued-release"));
+    let guard = ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap();
+    proxy.set_blocked(true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let releasing = tokio::spawn(guard.release());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let admin = raw().await;
+    admin.delete(&path, None).await.unwrap();
+    let next = tokio::time::timeout(
+        Duration::from_secs(5),
+        ExclusiveLock::new(&other, &path).unwrap().lock(),
+    )
+    .await
+    .expect("the next holder waited")
+    .unwrap();
+    proxy.set_blocked(false);
+    let released = tokio::time::timeout(Duration::from_secs(10), releasing)
+        .await
+        .expect("the release hung")
+        .unwrap();
+    assert!(
+        released.is_err(),
+        "the release claims it released: {released:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stat = admin.check_stat(&path).await.unwrap();
+    assert_eq!(
+        stat.map(|st| st.czxid),
+        Some(next.fencing_token()),
+        "the next holder's node was deleted by the queued release"
+    );
+    assert!(!next.is_lost(), "next holder told {:?}", next.loss_reason());
+    next.release().await.unwrap();
+    s.close().await;
+    other.close().await;
+}

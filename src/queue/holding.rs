@@ -380,7 +380,10 @@ async fn release_retrying(
     monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
 ) -> std::result::Result<(), zk::Error> {
     let first = match verify {
-        Some(_) if !mark => Check::Version(0),
+        // A blind delete only if it goes out now: one queued behind a reconnect would run
+        // on whatever state the server has by then (our node deleted by an administrator
+        // meanwhile, and another session's node, also at version 0, in its place).
+        Some(_) if !mark && epoch.is_connected() => Check::Version(0),
         Some(czxid) => Check::Czxid(czxid),
         None => Check::None,
     };
@@ -446,11 +449,11 @@ async fn retrying(
 enum Check {
     /// A path only we ever use (a queue node): no condition.
     None,
-    /// A shared path: delete only at this data version, sent with no read before it. A
-    /// contender node is written by its own session alone and a plain release never writes
-    /// it, so ours is at version 0; a read first would leave a window in which the answer
-    /// goes stale (an administrator deletes our node, another session makes a new one, also
-    /// at version 0) before the delete runs.
+    /// A shared path: delete only at this data version, sent with no read before it, while
+    /// connected. A contender node is written by its own session alone and a plain release
+    /// never writes it, so ours is at version 0; a read first would leave a window in which
+    /// the answer goes stale (an administrator deletes our node, another session makes a new
+    /// one, also at version 0) before the delete runs.
     Version(i32),
     /// A shared path after a failure: read the node, and delete it at the version read only
     /// if it is still ours (same czxid).
