@@ -295,10 +295,11 @@ impl ExclusiveLock {
             czxid,
             own_watch: None,
         };
-        // A plain delete: waiters of this lock wait for the node to go, whatever the event.
+        // Released with the mark: its set needs WRITE, which only our session's identity has,
+        // so the release can never delete another session's node (see `holding::Check`).
+        // Waiters of this lock retry on any event, so the mark costs them nothing.
         let holding = Holding::new(&self.session, granted)
             .with_shared_path()
-            .with_release_mark(false)
             .claimed();
         LockGuard::new(holding)
     }

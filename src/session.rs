@@ -539,15 +539,6 @@ impl Epoch {
         passed
     }
 
-    /// Whether the client is connected now: a request sent now goes out at once, rather than
-    /// waiting in the client's queue for a reconnect (and then running on a later state).
-    pub(crate) fn is_connected(&self) -> bool {
-        matches!(
-            self.client.state(),
-            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
-        )
-    }
-
     /// The token cancelled when this epoch ends.
     pub(crate) fn lost_token(&self) -> &CancellationToken {
         &self.lost

@@ -1779,3 +1779,12 @@ async fn regression_seed_1589_cleanup_deletes_a_node_made_after_its_read() {
 async fn regression_seed_1511_release_queued_behind_a_reconnect() {
     replay(1511, 3).await;
 }
+
+/// A simple-lock release sent blind (delete at version 0) sat in a stalled connection while
+/// an administrator deleted the holder's node and another session took the lock; when it
+/// went out it removed the newcomer's node. The release now reads the czxid and then marks
+/// and deletes in one multi, whose mark needs WRITE that only the holder's identity has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_1812_delayed_release_on_another_sessions_node() {
+    replay(1812, 3).await;
+}

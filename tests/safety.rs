@@ -566,6 +566,47 @@ async fn a_late_simple_lock_release_never_deletes_the_next_holders_node() {
     other.close().await;
 }
 
+/// The same with the release's request held up on its way to the server (seed 1812 of the
+/// model): a delete sent blind, at version 0, would land on the newcomer's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_lock_release_delayed_on_its_way_never_deletes_the_next_holders_node() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let other = session().await;
+    let path = format!("{}/simple", unique_root("delayed-release"));
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let guard = lock.lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(1),
+        FaultAction::Stall(Duration::from_millis(600)),
+    ));
+    let releasing = tokio::spawn(guard.release());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The administrator deletes the holder's node (if still there), and another session
+    // takes the lock at once.
+    let admin = raw().await;
+    let _ = admin.delete(&path, None).await;
+    let next = tokio::time::timeout(
+        Duration::from_secs(5),
+        ExclusiveLock::new(&other, &path).unwrap().lock(),
+    )
+    .await
+    .expect("the next holder waited")
+    .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), releasing).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stat = admin.check_stat(&path).await.unwrap();
+    assert_eq!(
+        stat.map(|st| st.czxid),
+        Some(next.fencing_token()),
+        "the next holder's node was deleted by the late release"
+    );
+    assert!(!next.is_lost(), "next holder told {:?}", next.loss_reason());
+    next.release().await.unwrap();
+    s.close().await;
+    other.close().await;
+}
+
 /// Given a simple-lock holder cut off from the server, when it releases (its request waits in
 /// the client for the reconnect) while an administrator deletes its node and another session
 /// takes the lock, then the release, sent after the reconnect, leaves the new holder's node

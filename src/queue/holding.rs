@@ -379,14 +379,7 @@ async fn release_retrying(
     gate: &Mutex<bool>,
     monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
 ) -> std::result::Result<(), zk::Error> {
-    let first = match verify {
-        // A blind delete only if it goes out now: one queued behind a reconnect would run
-        // on whatever state the server has by then (our node deleted by an administrator
-        // meanwhile, and another session's node, also at version 0, in its place).
-        Some(_) if !mark && epoch.is_connected() => Check::Version(0),
-        Some(czxid) => Check::Czxid(czxid),
-        None => Check::None,
-    };
+    let first = verify.map_or(Check::None, Check::Czxid);
     retrying(epoch, path, mark, verify, first, gate, monitor).await
 }
 
@@ -400,7 +393,7 @@ pub(super) async fn delete_if_czxid(
 ) -> std::result::Result<(), zk::Error> {
     let gate = Mutex::new(false);
     let first = Check::Czxid(czxid);
-    retrying(epoch, path, false, Some(czxid), first, &gate, None).await
+    retrying(epoch, path, true, Some(czxid), first, &gate, None).await
 }
 
 async fn retrying(
@@ -440,6 +433,8 @@ async fn retrying(
     match result {
         // Our first attempt was applied after all.
         Err(zk::Error::NoNode) if unheard => Ok(()),
+        // At a shared path, a node we may not write is someone else's: ours is gone.
+        Err(zk::Error::NoAuth) if verify.is_some() => Err(zk::Error::NoNode),
         other => other,
     }
 }
@@ -449,14 +444,13 @@ async fn retrying(
 enum Check {
     /// A path only we ever use (a queue node): no condition.
     None,
-    /// A shared path: delete only at this data version, sent with no read before it, while
-    /// connected. A contender node is written by its own session alone and a plain release
-    /// never writes it, so ours is at version 0; a read first would leave a window in which
-    /// the answer goes stale (an administrator deletes our node, another session makes a new
-    /// one, also at version 0) before the delete runs.
-    Version(i32),
-    /// A shared path after a failure: read the node, and delete it at the version read only
-    /// if it is still ours (same czxid).
+    /// A shared path: read the node, and release it at the version read only if it is still
+    /// ours (same czxid). With the mark (set + delete in one multi) the release also needs
+    /// WRITE on the node, which only our session manager's identity has: if the answer went
+    /// stale in the network (an administrator deleted our node and another session made a
+    /// new one, also at version 0), the multi fails with `NoAuth` and deletes nothing. A
+    /// node of our own session cannot slip in between: the read runs after every earlier
+    /// request of the session, and the session's creates at the path are serialized.
     Czxid(i64),
 }
 
@@ -475,7 +469,6 @@ async fn release_node(
 ) -> std::result::Result<(), zk::Error> {
     let version = match check {
         Check::None => None,
-        Check::Version(v) => Some(v),
         Check::Czxid(czxid) => {
             *gate.lock().unwrap() = true;
             match epoch.check_stat(path).await? {
