@@ -15,7 +15,7 @@ use zk_recipes::testing::Playground;
 use zk_recipes::{Election, ElectionRunner, Result, Session};
 
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let zk = Playground::from_env()?;
     let start = Instant::now();
     let at = move || format!("{:>6.3}s", start.elapsed().as_secs_f64());

@@ -96,7 +96,7 @@ async fn publisher(connect: String, file: PathBuf, start: Instant) -> zk_recipes
 }
 
 #[tokio::main]
-async fn main() -> zk_recipes::Result<()> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A private ZooKeeper unless ZK_CONNECT names one; dropped (stopped) at the end.
     let (connect, _server) = match std::env::var("ZK_CONNECT") {
         Ok(connect) => (connect, None),

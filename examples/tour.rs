@@ -9,10 +9,10 @@
 use std::time::{Duration, Instant};
 
 use zk_recipes::testing::Playground;
-use zk_recipes::{Election, ExclusiveLock, FairLock, LossPolicy, Result, RwLock, Session};
+use zk_recipes::{Election, ExclusiveLock, FairLock, LossPolicy, RwLock, Session};
 
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let zk = Playground::from_env()?;
     let start = Instant::now();
     println!("zk-recipes tour on {}\n", zk.describe());

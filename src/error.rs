@@ -116,10 +116,6 @@ pub enum Error {
     /// write lock, which would deadlock two upgrading readers).
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
-
-    /// The test harness could not start or control a ZooKeeper server.
-    #[error("ZooKeeper test harness: {0}")]
-    Harness(String),
 }
 
 /// Why a lock, lease or leadership was lost.

@@ -1,6 +1,6 @@
 //! Forcing a [`Session`]'s expiry from a test.
 
-use crate::error::{Error, Result};
+use super::{Error, Result};
 use crate::session::Session;
 
 use super::{expire_session, ZooKeeperCluster, ZooKeeperServer};

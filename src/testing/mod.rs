@@ -32,6 +32,7 @@
 //! ensemble elects its leader a second or two after that.
 
 mod cluster;
+mod error;
 mod jvm;
 mod options;
 mod proxy;
@@ -53,12 +54,12 @@ use zookeeper_client as zk;
 #[allow(unused_imports)]
 use self::cluster::MemberStatus;
 pub use self::cluster::ZooKeeperCluster;
+pub use self::error::{Error, Result};
 #[allow(unused_imports)]
 use self::jvm::*;
 pub use self::options::ServerOptions;
 pub use self::proxy::{Fault, FaultAction, FaultPoint, FaultProxy, FaultStatus};
 pub use self::server::ZooKeeperServer;
-use crate::{Error, Result};
 
 const INSTALL_HINT: &str = "install it with: apt-get install -y zookeeper default-jre-headless";
 const DEFAULT_ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";

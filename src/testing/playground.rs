@@ -2,7 +2,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use crate::error::{Error, Result};
+use super::{Error, Result};
 use crate::session::Session;
 
 use super::{expire_session, FaultProxy, ZooKeeperServer};
@@ -16,7 +16,7 @@ use super::{expire_session, FaultProxy, ZooKeeperServer};
 /// # Examples
 ///
 /// ```no_run
-/// # async fn f() -> zk_recipes::Result<()> {
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// use zk_recipes::{testing::Playground, Session};
 ///
 /// let zk = Playground::from_env()?;

@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::{Error, Result};
+use super::{Error, Result};
 
 /// How long the proxy waits for the upstream server to accept a connection.
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

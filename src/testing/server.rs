@@ -11,7 +11,7 @@ use super::*;
 /// # Examples
 ///
 /// ```no_run
-/// # async fn example() -> zk_recipes::Result<()> {
+/// # async fn example() -> zk_recipes::testing::Result<()> {
 /// use zk_recipes::testing::ZooKeeperServer;
 ///
 /// let mut server = ZooKeeperServer::start()?;

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::{block_in_place, JoinHandle};
@@ -501,7 +501,7 @@ async fn expire_sessions(ctx: &mut Ctx) -> Vec<Row> {
 }
 
 /// Expires a contender's session through its own proxy, retrying while it is between sessions.
-async fn expire(c: &Contender) -> zk_recipes::Result<()> {
+async fn expire(c: &Contender) -> zk_recipes::testing::Result<()> {
     let proxy = c
         .proxy
         .as_ref()
@@ -511,14 +511,14 @@ async fn expire(c: &Contender) -> zk_recipes::Result<()> {
         match tokio::time::timeout(QUICK, proxy.expire(&c.session)).await {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(e)) => last = Some(e),
-            Err(_) => last = Some(zk_recipes::Error::Timeout),
+            Err(_) => last = Some(zk_recipes::Error::Timeout.into()),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Err(last.unwrap())
 }
 
-/// The victims are child processes (`examples/chaos_child.rs`). Each is frozen with SIGSTOP
+/// The victims are child processes (`tests/bin/chaos_child.rs`). Each is frozen with SIGSTOP
 /// while it holds, for longer than the session timeout, then continued: it must report
 /// `REL … lost`, and the writes it may still make with its old token must be refused by the
 /// store, since a newer holder has written in the meantime.
@@ -689,39 +689,9 @@ fn signal(pid: u32, sig: libc::c_int) {
     );
 }
 
-/// `target/<profile>/examples/chaos_child`, built on first use with this test's features.
+/// The victim program (`tests/bin/chaos_child.rs`), built by cargo with this test.
 fn child_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(|d| d.parent())
-            .expect("test binary in target/<profile>/deps")
-            .to_path_buf();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "--example", "chaos_child"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        cmd.args(["--features", "testing"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status =
-            block_in_place(|| cmd.status()).expect("run cargo build --example chaos_child");
-        assert!(
-            status.success(),
-            "expected `cargo build --example chaos_child` to succeed, got {status}"
-        );
-        let bin = profile_dir.join("examples").join("chaos_child");
-        assert!(
-            bin.is_file(),
-            "expected the example binary at {}",
-            bin.display()
-        );
-        bin
-    })
-    .clone()
+    PathBuf::from(env!("CARGO_BIN_EXE_chaos_child"))
 }
 
 /// An administrator deletes each victim's node while it holds: the victim must be told
