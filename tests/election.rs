@@ -15,7 +15,7 @@ mod support;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -295,45 +295,9 @@ async fn rotate_until_leads(
 
 // ------------------------------------------------------------------------------ child process
 
-/// `target/<profile>/examples/elect_child`, built on first use.
+/// The candidate program (`tests/bin/elect_child.rs`), built by cargo with this test.
 fn elect_child_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        // target/<profile>/deps/election-<hash>
-        let profile_dir = exe
-            .parent()
-            .and_then(|d| d.parent())
-            .expect("test binary in target/<profile>/deps")
-            .to_path_buf();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "--quiet",
-            "--example",
-            "elect_child",
-            "--features",
-            "testing",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo build --example elect_child");
-        assert!(
-            status.success(),
-            "expected `cargo build --example elect_child` to succeed, got {status}"
-        );
-        let bin = profile_dir.join("examples").join("elect_child");
-        assert!(
-            bin.is_file(),
-            "expected the example binary at {}",
-            bin.display()
-        );
-        bin
-    })
-    .clone()
+    PathBuf::from(env!("CARGO_BIN_EXE_elect_child"))
 }
 
 fn spawn_child(label: &str, hosts: &str, path: &str) -> Peer {

@@ -2,7 +2,7 @@
 //! can SIGSTOP a process, not a task).
 //!
 //! ```text
-//! cargo run --features testing --example chaos_child -- CONNECT RECIPE PATH ROUNDS HOLD_MS [SESSION_TIMEOUT_MS]
+//! cargo run --features testing --bin chaos_child -- CONNECT RECIPE PATH ROUNDS HOLD_MS [SESSION_TIMEOUT_MS]
 //! ```
 //!
 //! `RECIPE` is `fair`, `sem` (2 permits), `read`, `write` or `elect`. The child takes the lock

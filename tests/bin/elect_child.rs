@@ -2,7 +2,7 @@
 //! (a test can SIGSTOP or SIGKILL a process, not a task).
 //!
 //! ```text
-//! cargo run --features testing --example elect_child -- CONNECT PATH ID [SESSION_TIMEOUT_MS]
+//! cargo run --features testing --bin elect_child -- CONNECT PATH ID [SESSION_TIMEOUT_MS]
 //! ```
 //!
 //! It campaigns, and campaigns again after each loss, until its stdin reaches EOF; then it

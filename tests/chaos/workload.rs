@@ -26,7 +26,7 @@ use crate::support::history::{check, check_semaphore, Event, Kind};
 
 /// Session timeout of every contender (the harness servers accept 1 s to 10 s).
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
-/// Permits of every semaphore run (`examples/chaos_child.rs` uses the same).
+/// Permits of every semaphore run (`tests/bin/chaos_child.rs` uses the same).
 pub const PERMITS: usize = 2;
 /// Contenders per recipe run.
 pub const CONTENDERS: usize = 8;
