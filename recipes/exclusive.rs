@@ -122,7 +122,7 @@ impl ExclusiveLock {
     }
 
     /// The current holder (its node, owner session, data and age), or `None` if the lock is
-    /// free. The node's `sequence` is -1: this lock has no queue.
+    /// free. The node's `sequence` is `None`: this lock has no queue.
     ///
     /// # Errors
     ///
@@ -146,7 +146,7 @@ impl ExclusiveLock {
         Ok(Some(crate::Contender {
             node: NodeName {
                 name,
-                sequence: -1,
+                sequence: None,
                 kind: NodeKind::Lock,
                 layout: Layout::Curator,
                 protection: None,
@@ -155,6 +155,7 @@ impl ExclusiveLock {
             data,
             age: Duration::from_millis(now_ms.saturating_sub(stat.ctime).max(0) as u64),
             czxid: stat.czxid,
+            role: crate::Role::Holder,
         }))
     }
 
@@ -287,7 +288,7 @@ impl ExclusiveLock {
             path: self.path.to_string(),
             name: NodeName {
                 name,
-                sequence: -1,
+                sequence: None,
                 kind: NodeKind::Lock,
                 layout: Layout::Curator,
                 protection: None,

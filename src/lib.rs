@@ -67,6 +67,8 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "cli")]
+mod cli;
 pub mod error;
 mod guard;
 mod net;
@@ -81,7 +83,7 @@ pub mod recipes;
 pub use error::{Error, LossReason, Result};
 pub use guard::LockGuard;
 pub use path::{validate_path, Layout, NodeKind, NodeName};
-pub use queue::{list_contenders, Contender};
+pub use queue::{list_contenders, roles, Contender, Role};
 pub use recipes::election::{
     Election, ElectionRunner, Leader, LeaderChange, LeaderChanges, Leadership, Participant,
 };

@@ -39,7 +39,7 @@ use crate::session::SessionEvent;
 
 /// The `kind` label of a contender node (`simple` for the exclusive lock's fixed node).
 pub(crate) fn kind_of(name: &NodeName) -> &'static str {
-    if name.sequence < 0 {
+    if name.sequence.is_none() {
         return "simple";
     }
     kind_label(name.kind)

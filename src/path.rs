@@ -146,8 +146,9 @@ pub enum Layout {
 pub struct NodeName {
     /// The child name, e.g. `_c_1b4e…-lock-0000000007`.
     pub name: String,
-    /// The sequence number ZooKeeper appended.
-    pub sequence: i64,
+    /// The sequence number ZooKeeper appended; `None` for the simple lock's fixed node, which
+    /// has no queue.
+    pub sequence: Option<i64>,
     /// What the node stands for.
     pub kind: NodeKind,
     /// Whose convention the name follows.
@@ -175,9 +176,9 @@ impl NodeName {
     /// use zk_recipes::{NodeKind, NodeName, Layout};
     ///
     /// let n = NodeName::parse("_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b-lock-0000000042").unwrap();
-    /// assert_eq!((n.sequence, n.kind, n.layout), (42, NodeKind::Lock, Layout::Curator));
+    /// assert_eq!((n.sequence, n.kind, n.layout), (Some(42), NodeKind::Lock, Layout::Curator));
     /// let k = NodeName::parse("5d1e0f2a9b8c4d3e2f1a0b9c8d7e6f5a__rlock__0000000003").unwrap();
-    /// assert_eq!((k.sequence, k.kind, k.layout), (3, NodeKind::Read, Layout::Kazoo));
+    /// assert_eq!((k.sequence, k.kind, k.layout), (Some(3), NodeKind::Read, Layout::Kazoo));
     /// assert!(NodeName::parse("readme").is_none());
     /// ```
     pub fn parse(name: &str) -> Option<NodeName> {
@@ -192,7 +193,7 @@ impl NodeName {
                 let protection = prefix.strip_prefix("_c_").map(str::to_string);
                 return Some(NodeName {
                     name: name.to_string(),
-                    sequence,
+                    sequence: Some(sequence),
                     kind,
                     layout: Layout::Curator,
                     protection,
@@ -204,7 +205,7 @@ impl NodeName {
                 let protection = (!prefix.is_empty()).then(|| prefix.to_string());
                 return Some(NodeName {
                     name: name.to_string(),
-                    sequence,
+                    sequence: Some(sequence),
                     kind,
                     layout: Layout::Kazoo,
                     protection,
@@ -289,7 +290,7 @@ mod tests {
                 let n = NodeName::parse(&format!("{prefix}0000000012")).unwrap();
                 assert_eq!(
                     (n.kind, n.layout, n.sequence, n.protection.as_deref()),
-                    (kind, layout, 12, Some(&*id))
+                    (kind, layout, Some(12), Some(&*id))
                 );
                 assert!(n.is_owner_write_only(), "{prefix} is not marked as ours");
             }
@@ -312,7 +313,7 @@ mod tests {
         ] {
             let n = NodeName::parse(name).unwrap_or(NodeName {
                 name: name.into(),
-                sequence: 1,
+                sequence: Some(1),
                 kind: NodeKind::Lock,
                 layout: Layout::Curator,
                 protection: None,

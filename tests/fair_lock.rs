@@ -15,7 +15,8 @@ const T: Duration = Duration::from_secs(60);
 fn sequence_of(path: &str) -> u64 {
     zk_recipes::NodeName::parse(path.rsplit('/').next().unwrap())
         .expect("contender name")
-        .sequence as u64
+        .sequence
+        .expect("a queue node has a sequence") as u64
 }
 
 /// 8 contenders on separate sessions, 30 acquisitions each: no overlap, grants in queue

@@ -97,7 +97,8 @@ async fn ours(lock: FairLock, who: String, layout: Layout) -> Vec<OurHold> {
             .await
             .unwrap_or_else(|e| panic!("{who}: release: {e}"));
         holds.push(OurHold {
-            event: Event::new(&who, Kind::Exclusive, acquired, released).with_token(node.sequence),
+            event: Event::new(&who, Kind::Exclusive, acquired, released)
+                .with_token(node.sequence.expect("a queue node")),
             fencing_token,
         });
         tokio::time::sleep(Duration::from_millis(2)).await;

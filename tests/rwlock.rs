@@ -60,6 +60,7 @@ fn seq(path: &str) -> i64 {
     NodeName::parse(name)
         .unwrap_or_else(|| panic!("{path} is not a contender node"))
         .sequence
+        .expect("a queue node has a sequence")
 }
 
 /// Waits until the lock has exactly `n` contenders.

@@ -8,6 +8,85 @@ use crate::error::{Error, Result};
 use crate::path::{join, NodeKind, NodeName};
 use crate::session::Session;
 
+use super::Rule;
+
+/// Whether a listed contender holds or waits.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// It holds the lock, a lease or leadership.
+    Holder,
+    /// It waits behind a holder.
+    Waiter,
+    /// Not known from the listing: a semaphore lease whose permit count is stored nowhere
+    /// (Curator's and kazoo's semaphores do not store it).
+    Unknown,
+}
+
+impl Role {
+    /// `holder`, `waiter` or `?`, as `zkr holders` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Holder => "holder",
+            Role::Waiter => "waiter",
+            Role::Unknown => "?",
+        }
+    }
+}
+
+/// The role of each of `contenders` (in queue order) by the queue's own rules: locks and
+/// writers hold alone and only at the front; a reader holds while no lock or writer is ahead
+/// of it; the first latch leads; the first `permits` leases hold (`Unknown` when `permits` is
+/// `None`). Latches and leases queue apart from the lock kinds. The simple lock's node (no
+/// sequence) holds.
+///
+/// # Examples
+///
+/// ```
+/// # use std::time::Duration;
+/// use zk_recipes::{roles, Contender, NodeName, Role};
+///
+/// let node = |name: &str| Contender {
+///     node: NodeName::parse(name).unwrap(),
+///     owner: 1,
+///     data: Vec::new(),
+///     age: Duration::ZERO,
+///     czxid: 1,
+///     role: Role::Unknown,
+/// };
+/// let list = [
+///     node("_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b-__READ__0000000001"),
+///     node("_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b-__READ__0000000002"),
+///     node("_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b-__WRIT__0000000003"),
+/// ];
+/// assert_eq!(roles(&list, None), [Role::Holder, Role::Holder, Role::Waiter]);
+/// ```
+pub fn roles(contenders: &[Contender], permits: Option<usize>) -> Vec<Role> {
+    contenders
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if c.node.sequence.is_none() {
+                return Role::Holder;
+            }
+            let Some(rule) = Rule::of(c.node.kind, permits) else {
+                return Role::Unknown;
+            };
+            let members = Rule::members(c.node.kind);
+            let lower: Vec<NodeName> = contenders[..i]
+                .iter()
+                .filter(|l| l.node.sequence.is_some() && members.contains(&l.node.kind))
+                .map(|l| l.node.clone())
+                .collect();
+            if rule.watch_targets(&lower).is_empty() {
+                Role::Holder
+            } else {
+                Role::Waiter
+            }
+        })
+        .collect()
+}
+
 /// One contender of a queue, as listed by `contenders()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contender {
@@ -21,11 +100,14 @@ pub struct Contender {
     pub age: Duration,
     /// Its creation zxid: the fencing token it has or would have as holder.
     pub czxid: i64,
+    /// Whether it holds or waits, by the queue's rules (see [`roles`]).
+    pub role: Role,
 }
 
 /// Lists every contender node of `path` (every recipe, Curator and kazoo layouts alike) in
 /// queue order: holders first, then waiters. Children that are not contender nodes are left
-/// out. What `zkr holders` shows.
+/// out. Each one's [`role`](Contender::role) follows [`roles`], with the permit count a
+/// semaphore of ours stores in the directory. What `zkr holders` shows.
 ///
 /// # Errors
 ///
@@ -48,10 +130,19 @@ pub(crate) async fn contenders(
     members: &[NodeKind],
 ) -> Result<Vec<Contender>> {
     let epoch = session.epoch().await?;
-    let children = match epoch.get_children(dir).await {
+    // Pipelined: the directory's data (a semaphore's permit count) travels with the listing.
+    let list = epoch.get_children(dir);
+    let dir_data = epoch.get_data(dir);
+    let children = match list.await {
         Ok((c, _)) => c,
         Err(zk::Error::NoNode) => return Ok(Vec::new()),
         Err(err) => return Err(Error::zk("get_children", dir, err)),
+    };
+    let permits = match dir_data.await {
+        Ok((data, _)) => std::str::from_utf8(&data)
+            .ok()
+            .and_then(|t| t.parse::<usize>().ok()),
+        Err(_) => None,
     };
     let mut nodes: Vec<NodeName> = children
         .iter()
@@ -77,10 +168,77 @@ pub(crate) async fn contenders(
                 data,
                 age: Duration::from_millis(now_ms.saturating_sub(stat.ctime).max(0) as u64),
                 czxid: stat.czxid,
+                role: Role::Unknown,
             }),
             Err(zk::Error::NoNode) => {}
             Err(err) => return Err(Error::zk("get_data", dir, err)),
         }
     }
+    for (c, role) in roles(&out, permits).into_iter().enumerate() {
+        out[c].role = role;
+    }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(name: &str) -> Contender {
+        Contender {
+            node: NodeName::parse(name).unwrap(),
+            owner: 1,
+            data: b"x".to_vec(),
+            age: Duration::from_secs(1),
+            czxid: 1,
+            role: Role::Unknown,
+        }
+    }
+
+    const U: &str = "_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b";
+
+    #[test]
+    fn lock_queue_roles() {
+        let list = [
+            c(&format!("{U}-__READ__0000000001")),
+            c("5d1e0f2a9b8c4d3e2f1a0b9c8d7e6f5a__rlock__0000000002"),
+            c(&format!("{U}-__WRIT__0000000003")),
+            c(&format!("{U}-__READ__0000000004")),
+        ];
+        assert_eq!(
+            roles(&list, None),
+            [Role::Holder, Role::Holder, Role::Waiter, Role::Waiter]
+        );
+        let list = [
+            c(&format!("{U}-lock-0000000001")),
+            c("5d1e0f2a9b8c4d3e2f1a0b9c8d7e6f5a__lock__0000000002"),
+        ];
+        assert_eq!(roles(&list, None), [Role::Holder, Role::Waiter]);
+    }
+
+    #[test]
+    fn lease_and_latch_roles() {
+        let list = [
+            c(&format!("{U}-lease-0000000001")),
+            c(&format!("{U}-lease-0000000002")),
+            c(&format!("{U}-lease-0000000003")),
+        ];
+        assert_eq!(
+            roles(&list, Some(2)),
+            [Role::Holder, Role::Holder, Role::Waiter]
+        );
+        assert_eq!(roles(&list, None), [Role::Unknown; 3]);
+        let list = [
+            c(&format!("{U}-latch-0000000001")),
+            c(&format!("{U}-latch-0000000002")),
+        ];
+        assert_eq!(roles(&list, None), [Role::Holder, Role::Waiter]);
+    }
+
+    #[test]
+    fn the_simple_locks_node_holds() {
+        let mut simple = c(&format!("{U}-lock-0000000001"));
+        simple.node.sequence = None;
+        assert_eq!(roles(&[simple], None), [Role::Holder]);
+    }
 }

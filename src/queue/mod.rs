@@ -87,7 +87,7 @@ use crate::session::Epoch;
 pub(crate) use acquire::acquire;
 pub(crate) use cleanup::{decide_fixed, find_by_protection, Abandoned, Fixed};
 pub(crate) use contenders::contenders;
-pub use contenders::{list_contenders, Contender};
+pub use contenders::{list_contenders, roles, Contender, Role};
 pub(crate) use holding::Holding;
 
 /// The data our release writes just before deleting a contender node.
@@ -105,6 +105,62 @@ pub(crate) enum Rule {
     Read,
     /// Granted while fewer than `permits` lower contenders exist (semaphore).
     Permits(usize),
+}
+
+/// Whether a node of this kind, when it holds, holds alone.
+fn holds_alone(kind: NodeKind) -> bool {
+    matches!(kind, NodeKind::Lock | NodeKind::Write | NodeKind::Latch)
+}
+
+impl Rule {
+    /// The rule a contender of `kind` follows (`permits` for a lease, if known): what
+    /// `zkr holders` and [`list_contenders`] use to tell holders from waiters.
+    pub(crate) fn of(kind: NodeKind, permits: Option<usize>) -> Option<Rule> {
+        match kind {
+            NodeKind::Lock | NodeKind::Write | NodeKind::Latch => Some(Rule::Exclusive),
+            NodeKind::Read => Some(Rule::Read),
+            NodeKind::Lease => permits.map(Rule::Permits),
+        }
+    }
+
+    /// The node kinds that queue with a contender of `kind`.
+    pub(crate) fn members(kind: NodeKind) -> &'static [NodeKind] {
+        match kind {
+            NodeKind::Latch => &[NodeKind::Latch],
+            NodeKind::Lease => &[NodeKind::Lease],
+            _ => LOCK_MEMBERS,
+        }
+    }
+
+    fn blocks(self, n: &NodeName) -> bool {
+        match self {
+            Rule::Read => holds_alone(n.kind),
+            _ => true,
+        }
+    }
+
+    /// Given the lower members (ascending), the nodes to watch: none when granted. One node
+    /// (the nearest blocker) for locks, writers, readers and elections. A semaphore waiter
+    /// with exactly `permits` members below is the head of the queue and watches all of them
+    /// (each is a holder: whichever leaves first frees the permit it needs); one further back
+    /// watches only its predecessor, which bumps its node's version when it is granted (see
+    /// `Waiter::grant_if_first`) so the waiter behind becomes the head. Each release thus
+    /// wakes the head alone, whatever the order holders leave in.
+    pub(crate) fn watch_targets(self, lower: &[NodeName]) -> Vec<NodeName> {
+        match self {
+            Rule::Exclusive => lower.last().cloned().into_iter().collect(),
+            Rule::Read => lower
+                .iter()
+                .rev()
+                .find(|n| self.blocks(n))
+                .cloned()
+                .into_iter()
+                .collect(),
+            Rule::Permits(p) if lower.len() < p => Vec::new(),
+            Rule::Permits(p) if lower.len() == p => lower.to_vec(),
+            Rule::Permits(_) => lower.last().cloned().into_iter().collect(),
+        }
+    }
 }
 
 /// How an acquire waits.
@@ -137,39 +193,9 @@ impl QueueSpec {
         self.members.contains(&n.kind)
     }
 
-    /// Whether a node of this kind, when it holds, holds alone.
-    fn holds_alone(kind: NodeKind) -> bool {
-        matches!(kind, NodeKind::Lock | NodeKind::Write | NodeKind::Latch)
-    }
-
-    fn blocks(&self, n: &NodeName) -> bool {
-        match self.rule {
-            Rule::Read => Self::holds_alone(n.kind),
-            _ => true,
-        }
-    }
-
-    /// Given the lower members (ascending), the nodes to watch: none when granted. One node
-    /// (the nearest blocker) for locks, writers, readers and elections. A semaphore waiter
-    /// with exactly `permits` members below is the head of the queue and watches all of them
-    /// (each is a holder: whichever leaves first frees the permit it needs); one further back
-    /// watches only its predecessor, which bumps its node's version when it is granted (see
-    /// `Waiter::grant_if_first`) so the waiter behind becomes the head. Each release thus
-    /// wakes the head alone, whatever the order holders leave in.
+    /// The nodes to watch given the lower members (see [`Rule::watch_targets`]).
     fn watch_targets(&self, lower: &[NodeName]) -> Vec<NodeName> {
-        match self.rule {
-            Rule::Exclusive => lower.last().cloned().into_iter().collect(),
-            Rule::Read => lower
-                .iter()
-                .rev()
-                .find(|n| self.blocks(n))
-                .cloned()
-                .into_iter()
-                .collect(),
-            Rule::Permits(p) if lower.len() < p => Vec::new(),
-            Rule::Permits(p) if lower.len() == p => lower.to_vec(),
-            Rule::Permits(_) => lower.last().cloned().into_iter().collect(),
-        }
+        self.rule.watch_targets(lower)
     }
 
     /// Whether to re-list, rather than walk back, once `gone` has left. A semaphore waiter
@@ -177,12 +203,12 @@ impl QueueSpec {
     /// in any order, so the ones below are likely gone as well, and one listing beats an
     /// `exists` per departed reader. Below an exclusive node, walking back is one `exists`.
     fn relist_after(&self, gone: &NodeName) -> bool {
-        matches!(self.rule, Rule::Permits(_)) || !Self::holds_alone(gone.kind)
+        matches!(self.rule, Rule::Permits(_)) || !holds_alone(gone.kind)
     }
 
     /// Whether a release mark on `watched` proves we hold the lock now.
     fn mark_grants(&self, watched: &NodeName) -> bool {
-        !matches!(self.rule, Rule::Permits(_)) && Self::holds_alone(watched.kind)
+        !matches!(self.rule, Rule::Permits(_)) && holds_alone(watched.kind)
     }
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use zk_recipes::{Layout, LossPolicy};
 
 use crate::duration;
 
@@ -77,8 +78,8 @@ pub struct Global {
     /// When a held lock counts as lost: `grace` (the connection was down long enough that
     /// the server may have expired the session), `suspend` (any disconnect), `expiry` (only a
     /// known expiry)
-    #[arg(long, value_enum, value_name = "POLICY", default_value_t = Policy::Grace, global = true, help_heading = "ZooKeeper options")]
-    pub loss_policy: Policy,
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = LossPolicy::Grace, global = true, help_heading = "ZooKeeper options")]
+    pub loss_policy: LossPolicy,
 
     /// Authenticate as `digest:USER:PASSWORD` [default: $ZK_AUTH]. Prefer ZK_AUTH or
     /// --auth-file: a command line is visible to every user in `ps`
@@ -182,40 +183,6 @@ pub enum AclArg {
     Creator,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Policy {
-    Grace,
-    Suspend,
-    Expiry,
-}
-
-impl Policy {
-    pub fn to_loss_policy(self) -> zk_recipes::LossPolicy {
-        match self {
-            Policy::Grace => zk_recipes::LossPolicy::Grace,
-            Policy::Suspend => zk_recipes::LossPolicy::OnSuspend,
-            Policy::Expiry => zk_recipes::LossPolicy::OnExpiry,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LayoutArg {
-    /// Apache Curator's node names (`_c_<uuid>-lock-<seq>`), the default
-    Curator,
-    /// kazoo's node names (`<hex>__lock__<seq>`)
-    Kazoo,
-}
-
-impl LayoutArg {
-    pub fn to_layout(self) -> zk_recipes::Layout {
-        match self {
-            LayoutArg::Curator => zk_recipes::Layout::Curator,
-            LayoutArg::Kazoo => zk_recipes::Layout::Kazoo,
-        }
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run CMD while holding the fair lock PATH (or a semaphore lease, or the simple lock)
@@ -269,7 +236,7 @@ pub struct LockArgs {
 
     /// Node naming, to share the lock with Curator or kazoo clients [default: curator]
     #[arg(long, value_enum, conflicts_with_all = ["simple", "permits"])]
-    pub layout: Option<LayoutArg>,
+    pub layout: Option<Layout>,
 
     /// The command to run under the lock
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -286,7 +253,7 @@ pub struct RwArgs {
 
     /// Node naming, to share the lock with Curator or kazoo clients [default: curator]
     #[arg(long, value_enum)]
-    pub layout: Option<LayoutArg>,
+    pub layout: Option<Layout>,
 
     /// The command to run under the lock
     #[arg(last = true, required = true, value_name = "CMD")]

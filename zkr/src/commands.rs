@@ -288,7 +288,7 @@ pub async fn connect(g: &Global, signals: &mut Signals) -> Result<Session, Fail>
     let mut builder = Session::builder(hosts.as_str())
         .with_session_timeout(g.session_timeout)
         .with_connect_timeout(connect_timeout)
-        .with_loss_policy(g.loss_policy.to_loss_policy());
+        .with_loss_policy(g.loss_policy);
     if let Some(chroot) = chroot {
         builder = builder.with_chroot(chroot);
     }
@@ -437,7 +437,7 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
             .with_data(identity.into_bytes())
             .with_acls(&acls(g)?);
         if let Some(layout) = a.layout {
-            lock = lock.with_layout(layout.to_layout());
+            lock = lock.with_layout(layout);
         }
         let progress = Progress::queue(session, path, LOCK_KINDS, None);
         let future = acquire_future!(mode, lock, lock, try_lock, lock_timeout);
@@ -471,7 +471,7 @@ async fn rw(
         .with_data(own_identity().into_bytes())
         .with_acls(&acls(g)?);
     if let Some(layout) = a.layout {
-        lock = lock.with_layout(layout.to_layout());
+        lock = lock.with_layout(layout);
     }
     let progress = Progress::queue(session, path, LOCK_KINDS, None);
     let mode = Mode::of(&a.wait);

@@ -22,7 +22,7 @@
 //! * [`supervise`]: the process between `zkr` and CMD (`zkr __supervise`): CMD never
 //!   outlives `zkr`, and gets the terminal when `zkr` has it.
 //! * [`wait`]: acquiring with progress on stderr.
-//! * [`show`]: `holders` and `leader`, and the queue roles both use.
+//! * [`show`]: `holders` and `leader` (each contender's role comes from the library).
 //! * [`server`]: `zkr server`, a private ZooKeeper through the test harness.
 
 mod cli;

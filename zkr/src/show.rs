@@ -1,96 +1,16 @@
-//! `zkr holders`, and the queue roles and names shared with the waiting line.
+//! `zkr holders`, and the names shared with the waiting line (roles come from the library).
 
 use futures::StreamExt;
 use serde_json::json;
-use zk_recipes::{
-    Contender, Election, ExclusiveLock, Layout, Leader, LeaderChange, NodeKind, Session,
-};
+use zk_recipes::{Contender, Election, ExclusiveLock, Layout, Leader, LeaderChange, Role, Session};
 
 use crate::cli::{HoldersArgs, LeaderArgs};
 use crate::duration::human;
 use crate::signals::Signals;
 use crate::{Fail, Outcome};
 
-/// Where a contender stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Holds the lock, a read lock, a lease or the leadership.
-    Holder,
-    /// Waits behind someone.
-    Waiter,
-    /// Cannot be told (a semaphore lease without `--permits`, an unknown kind).
-    Unknown,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Holder => "holder",
-            Role::Waiter => "waiter",
-            Role::Unknown => "?",
-        }
-    }
-}
-
-/// The roles of `contenders` (in queue order), by the rules every recipe and its Curator and
-/// kazoo peers follow: locks and writers hold alone and only at the front; a reader holds while
-/// no lock or writer is ahead of it; the first latch leads; the first `permits` leases hold.
-/// Latches and leases queue apart from the lock kinds.
-pub fn roles(contenders: &[Contender], permits: Option<usize>) -> Vec<Role> {
-    let mut lock_kinds_ahead = 0usize;
-    let mut exclusive_ahead = false;
-    let mut latches_ahead = 0usize;
-    let mut leases_ahead = 0usize;
-    contenders
-        .iter()
-        .map(|c| {
-            if c.node.sequence < 0 {
-                // The simple lock's node: whoever owns it holds it.
-                return Role::Holder;
-            }
-            match c.node.kind {
-                NodeKind::Lock | NodeKind::Write => {
-                    let r = if lock_kinds_ahead == 0 {
-                        Role::Holder
-                    } else {
-                        Role::Waiter
-                    };
-                    lock_kinds_ahead += 1;
-                    exclusive_ahead = true;
-                    r
-                }
-                NodeKind::Read => {
-                    lock_kinds_ahead += 1;
-                    if exclusive_ahead {
-                        Role::Waiter
-                    } else {
-                        Role::Holder
-                    }
-                }
-                NodeKind::Latch => {
-                    latches_ahead += 1;
-                    if latches_ahead == 1 {
-                        Role::Holder
-                    } else {
-                        Role::Waiter
-                    }
-                }
-                NodeKind::Lease => {
-                    leases_ahead += 1;
-                    match permits {
-                        Some(p) if leases_ahead <= p => Role::Holder,
-                        Some(_) => Role::Waiter,
-                        None => Role::Unknown,
-                    }
-                }
-                _ => Role::Unknown,
-            }
-        })
-        .collect()
-}
-
 pub fn layout_name(c: &Contender) -> &'static str {
-    if c.node.sequence < 0 {
+    if c.node.sequence.is_none() {
         return "simple";
     }
     match c.node.layout {
@@ -134,7 +54,7 @@ pub fn own_identity() -> String {
 }
 
 fn contender_json(c: &Contender, role: Role, position: usize, dir: &str) -> serde_json::Value {
-    let path = if c.node.sequence < 0 {
+    let path = if c.node.sequence.is_none() {
         dir.to_string()
     } else {
         format!("{dir}/{}", c.node.name)
@@ -175,7 +95,12 @@ pub async fn all_contenders(session: &Session, path: &str) -> Result<Vec<Contend
 /// `zkr holders PATH [--json] [--permits N]`.
 pub async fn holders(session: &Session, args: &HoldersArgs) -> Outcome {
     let list = all_contenders(session, &args.path).await?;
-    let roles = roles(&list, args.permits.map(|p| p as usize));
+    // The library's roles, with the semaphore's stored permit count; `--permits` names it
+    // for a semaphore that stores none (Curator's, kazoo's).
+    let roles: Vec<Role> = match args.permits {
+        Some(p) => zk_recipes::roles(&list, Some(p as usize)),
+        None => list.iter().map(|c| c.role).collect(),
+    };
     if args.json {
         let items: Vec<_> = list
             .iter()
@@ -327,49 +252,11 @@ mod tests {
             data: b"x".to_vec(),
             age: Duration::from_secs(1),
             czxid: 1,
+            role: zk_recipes::Role::Unknown,
         }
     }
 
     const U: &str = "_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b";
-
-    #[test]
-    fn lock_queue_roles() {
-        let list = [
-            c(&format!("{U}-__READ__0000000001")),
-            c("5d1e0f2a9b8c4d3e2f1a0b9c8d7e6f5a__rlock__0000000002"),
-            c(&format!("{U}-__WRIT__0000000003")),
-            c(&format!("{U}-__READ__0000000004")),
-        ];
-        assert_eq!(
-            roles(&list, None),
-            [Role::Holder, Role::Holder, Role::Waiter, Role::Waiter]
-        );
-        let list = [
-            c(&format!("{U}-lock-0000000001")),
-            c("5d1e0f2a9b8c4d3e2f1a0b9c8d7e6f5a__lock__0000000002"),
-        ];
-        assert_eq!(roles(&list, None), [Role::Holder, Role::Waiter]);
-        assert_eq!(layout_name(&list[1]), "kazoo");
-    }
-
-    #[test]
-    fn lease_and_latch_roles() {
-        let list = [
-            c(&format!("{U}-lease-0000000001")),
-            c(&format!("{U}-lease-0000000002")),
-            c(&format!("{U}-lease-0000000003")),
-        ];
-        assert_eq!(
-            roles(&list, Some(2)),
-            [Role::Holder, Role::Holder, Role::Waiter]
-        );
-        assert_eq!(roles(&list, None), [Role::Unknown; 3]);
-        let list = [
-            c(&format!("{U}-latch-0000000001")),
-            c(&format!("{U}-latch-0000000002")),
-        ];
-        assert_eq!(roles(&list, None), [Role::Holder, Role::Waiter]);
-    }
 
     #[test]
     fn who_prefers_readable_data() {

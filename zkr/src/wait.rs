@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use zk_recipes::{Contender, ExclusiveLock, NodeKind, Session};
 
 use crate::duration::human;
-use crate::show::{held_by, roles, Role};
+use crate::show::held_by;
 use crate::signals::Signals;
 use crate::stderr_is_terminal;
+use zk_recipes::{roles, Role};
 
 /// How a wait is described: which queue, and how to find our place in it.
 pub struct Progress {
