@@ -99,6 +99,19 @@ pub enum Error {
         source: zk::Error,
     },
 
+    /// One of the caller's operations in a guarded transaction failed (the guard's check
+    /// passed); nothing of the transaction was applied.
+    #[error("operation {index} of the guarded transaction (on {path}) failed: {source}; nothing was applied")]
+    TransactionFailed {
+        /// The operation's position among the caller's operations, from 0.
+        index: usize,
+        /// The node it was on.
+        path: String,
+        /// The client's error (`BadVersion`, `NoNode`, `NodeExists`, `NoAuth`, ...).
+        #[source]
+        source: zk::Error,
+    },
+
     /// The path is used by contenders of another kind: another recipe (a lock, a semaphore, an
     /// election), or a semaphore with another permit count. They would not exclude ours, so
     /// nothing is granted; our node has been removed.

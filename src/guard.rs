@@ -91,6 +91,59 @@ impl LockGuard {
         self.holding.loss_reason()
     }
 
+    /// Applies `ops` in one ZooKeeper transaction together with a check that this guard's
+    /// node is still ours: for state kept in ZooKeeper, a holder that lost the lock can never
+    /// write, even one that has not been told yet (paused, partitioned, its `lost()` not yet
+    /// polled). The check is made by the server when it applies the transaction, so no
+    /// fencing token is needed. Returns the results of `ops` (the check's own is left out).
+    ///
+    /// The check on a queue recipe's node (fair lock, semaphore, read/write lock, election)
+    /// is its existence: its name is never used again. The simple lock's node lives at a path
+    /// every holder reuses, so the transaction writes the node's data back at the version just
+    /// read, which needs WRITE that only this session's identity has (one read more, and
+    /// waiters of the simple lock see a data change, which they ignore).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`](crate::Error::LockLost) if the lock is lost (told already, or
+    ///   found by the check): nothing was applied.
+    /// * [`Error::TransactionFailed`](crate::Error::TransactionFailed) if one of `ops` failed
+    ///   (a version mismatch, a missing parent, ...): nothing was applied.
+    /// * [`Error::InvalidPath`](crate::Error::InvalidPath) for a malformed path; nothing is
+    ///   sent.
+    /// * [`Error::ConnectionLost`](crate::Error::ConnectionLost): the transaction may or may
+    ///   not have been applied; read before retrying.
+    ///
+    /// # Cancel safety
+    ///
+    /// Once the transaction is sent, dropping the future does not withdraw it: it is applied
+    /// or not as a whole, and the caller does not learn which.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(session: zk_recipes::Session) -> zk_recipes::Result<()> {
+    /// use zk_recipes::{Election, Error, Op};
+    ///
+    /// let leadership = Election::new(&session, "/app/leader", "me")?.campaign().await?;
+    /// // The current leader alone may bump the counter.
+    /// let (value, stat) = session.read("/app/counter").await?.expect("the counter exists");
+    /// let next: u64 = String::from_utf8_lossy(&value).parse().unwrap_or(0) + 1;
+    /// match leadership.guarded([Op::set_data("/app/counter", next.to_string(), Some(stat.version))]).await {
+    ///     Ok(_) => println!("counter is {next}"),
+    ///     Err(Error::LockLost(why)) => println!("no longer the leader ({why}): nothing written"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn guarded(
+        &self,
+        ops: impl IntoIterator<Item = crate::Op>,
+    ) -> Result<Vec<zookeeper_client::MultiWriteResult>> {
+        let ops: Vec<crate::Op> = ops.into_iter().collect();
+        self.holding.guarded(&ops).await
+    }
+
     /// Releases the lock now, in one transaction that marks our node released and deletes it,
     /// so the next waiter takes over after a single notification.
     ///

@@ -91,7 +91,7 @@ pub use recipes::exclusive::ExclusiveLock;
 pub use recipes::fair_lock::FairLock;
 pub use recipes::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use recipes::semaphore::Semaphore;
-pub use session::{LossPolicy, Session, SessionBuilder, SessionEvent};
+pub use session::{LossPolicy, Op, Session, SessionBuilder, SessionEvent};
 pub use zookeeper_client as zk;
 
 #[cfg(feature = "testing")]

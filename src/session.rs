@@ -42,6 +42,119 @@ use crate::error::{Error, LossReason, Result};
 
 type ZkResult<T> = std::result::Result<T, zk::Error>;
 
+/// One write of a guarded transaction (see [`LockGuard::guarded`](crate::LockGuard::guarded)):
+/// applied only together with the check that the guard's node is still ours.
+///
+/// # Examples
+///
+/// ```
+/// use zk_recipes::Op;
+///
+/// let ops = [
+///     Op::check("/app/config", 3),
+///     Op::set_data("/app/config", "v4", Some(3)),
+///     Op::create("/app/config-history/4", "v4"),
+///     Op::delete("/app/config-history/1", None),
+/// ];
+/// assert_eq!(ops[1].path(), "/app/config");
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Create a persistent node with `data`, under `acls` (empty: open to everyone).
+    Create {
+        /// The node to create; its parent must exist.
+        path: String,
+        /// Its data.
+        data: Vec<u8>,
+        /// Its ACL; empty for `world:anyone` with every permission.
+        acls: Vec<zk::Acl>,
+    },
+    /// Set a node's data, at `version` if given.
+    SetData {
+        /// The node.
+        path: String,
+        /// The new data.
+        data: Vec<u8>,
+        /// The version the node must have, or `None` for any.
+        version: Option<i32>,
+    },
+    /// Delete a node, at `version` if given.
+    Delete {
+        /// The node.
+        path: String,
+        /// The version the node must have, or `None` for any.
+        version: Option<i32>,
+    },
+    /// Require a node to exist at `version` (`-1`: any version).
+    Check {
+        /// The node.
+        path: String,
+        /// The version it must have; `-1` for any.
+        version: i32,
+    },
+}
+
+impl Op {
+    /// A persistent node open to everyone (use [`Op::Create`] for an ACL).
+    pub fn create(path: impl Into<String>, data: impl Into<Vec<u8>>) -> Op {
+        Op::Create {
+            path: path.into(),
+            data: data.into(),
+            acls: Vec::new(),
+        }
+    }
+
+    /// Sets `path`'s data, at `version` if given.
+    pub fn set_data(path: impl Into<String>, data: impl Into<Vec<u8>>, version: Option<i32>) -> Op {
+        Op::SetData {
+            path: path.into(),
+            data: data.into(),
+            version,
+        }
+    }
+
+    /// Deletes `path`, at `version` if given.
+    pub fn delete(path: impl Into<String>, version: Option<i32>) -> Op {
+        Op::Delete {
+            path: path.into(),
+            version,
+        }
+    }
+
+    /// Requires `path` to exist at `version` (`-1`: any).
+    pub fn check(path: impl Into<String>, version: i32) -> Op {
+        Op::Check {
+            path: path.into(),
+            version,
+        }
+    }
+
+    /// The node this operation touches.
+    pub fn path(&self) -> &str {
+        match self {
+            Op::Create { path, .. }
+            | Op::SetData { path, .. }
+            | Op::Delete { path, .. }
+            | Op::Check { path, .. } => path,
+        }
+    }
+}
+
+/// How a guarded transaction proves, inside ZooKeeper, that the guard's node is still ours.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum GuardCheck<'a> {
+    /// A queue node: its name is never used again, so its existence is the proof.
+    Exists(&'a str),
+    /// The simple lock's fixed path, reused by later holders: write the node's own data back
+    /// at the version just read, which needs WRITE that only our session's identity has.
+    Owned {
+        path: &'a str,
+        data: &'a [u8],
+        version: i32,
+    },
+}
+
 /// When a holder of ephemeral nodes (a lock, a lease, a leadership) counts them as lost.
 ///
 /// # Examples
@@ -671,6 +784,67 @@ impl Epoch {
         )
     }
 
+    /// One transaction: the guard's `check`, then the caller's `ops` (see
+    /// [`LockGuard::guarded`](crate::LockGuard::guarded)). Queued at call time.
+    pub(crate) fn guarded_multi<'a>(
+        &'a self,
+        check: GuardCheck<'a>,
+        ops: &'a [Op],
+    ) -> impl Future<Output = std::result::Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>>
+           + Send
+           + 'a {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
+        crate::observe::request("multi");
+        let mut writer = self.client.new_multi_writer();
+        let open = zk::Acls::anyone_all();
+        let queued = match check {
+            GuardCheck::Exists(path) => writer.add_check_version(path, -1),
+            GuardCheck::Owned {
+                path,
+                data,
+                version,
+            } => writer.add_set_data(path, data, Some(version)),
+        }
+        .and_then(|_| {
+            ops.iter().try_for_each(|op| match op {
+                Op::Create { path, data, acls } => {
+                    let acls = if acls.is_empty() {
+                        open
+                    } else {
+                        zk::Acls::new(acls)
+                    };
+                    writer.add_create(path, data, &zk::CreateMode::Persistent.with_acls(acls))
+                }
+                Op::SetData {
+                    path,
+                    data,
+                    version,
+                } => writer.add_set_data(path, data, *version),
+                Op::Delete { path, version } => writer.add_delete(path, *version),
+                Op::Check { path, version } => writer.add_check_version(path, *version),
+            })
+        });
+        let commit = queued.map(|_| writer.commit());
+        let health = self.health.clone();
+        async move {
+            let result = match commit {
+                Ok(fut) => fut.await,
+                Err(source) => Err(zk::MultiWriteError::RequestFailed { source }),
+            };
+            let answered = match &result {
+                Err(zk::MultiWriteError::RequestFailed { source }) => {
+                    crate::error::failure(source) == crate::error::Failure::Definite
+                }
+                _ => true,
+            };
+            if answered {
+                health.answered(sent);
+            }
+            result
+        }
+    }
+
     /// One transaction: `set_data(path, mark)` then `delete(path)`. A watcher of `path` gets a
     /// single NodeDataChanged: the release mark of the queue recipes.
     pub(crate) fn set_and_delete<'a>(
@@ -921,6 +1095,28 @@ impl Session {
     /// ```
     pub fn every_change(&self) -> tokio::sync::broadcast::Receiver<SessionEvent> {
         self.shared.history.subscribe()
+    }
+
+    /// Reads a node's data and stat (`None` if it does not exist) through the current
+    /// ZooKeeper session: the read half of a read-modify-write whose write goes through
+    /// [`LockGuard::guarded`](crate::LockGuard::guarded).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPath`] (nothing is sent), [`Error::Closed`], [`Error::NoAuth`], or a
+    /// connection or ZooKeeper error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn read(&self, path: &str) -> Result<Option<(Vec<u8>, zk::Stat)>> {
+        crate::path::validate_path(path)?;
+        let epoch = self.epoch().await?;
+        match epoch.get_data(path).await {
+            Ok(read) => Ok(Some(read)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(err) => Err(Error::zk("get_data", path, err)),
+        }
     }
 
     /// Waits until a session is connected, up to `timeout`.

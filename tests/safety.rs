@@ -651,3 +651,124 @@ async fn a_release_queued_behind_a_reconnect_never_deletes_the_next_holders_node
     s.close().await;
     other.close().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Guarded writes: a holder that lost the lock can never write state kept in ZooKeeper
+// ---------------------------------------------------------------------------------------------
+
+use zk_recipes::Op;
+
+/// Given a holder whose guarded write is held up in the network after it left (a stall of
+/// `stall_before`-th request), when meanwhile an administrator deletes its node and another
+/// session takes the lock, then ZooKeeper refuses the late write: `LockLost`, and the value
+/// is unchanged. `take` acquires the lock on a session and path.
+async fn a_late_guarded_write_is_refused<L, F>(name: &str, stall_before: u32, take: L)
+where
+    L: Fn(zk_recipes::Session, String) -> F,
+    F: Future<Output = zk_recipes::LockGuard>,
+{
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let other = session().await;
+    let root = unique_root(name);
+    let lock_path = format!("{root}/lock");
+    let value = format!("{root}/value");
+    let guard = take(s.clone(), lock_path.clone()).await;
+    guard
+        .guarded([Op::create(&value, "0")])
+        .await
+        .expect("a write while holding");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(stall_before),
+        FaultAction::Stall(Duration::from_millis(1500)),
+    ));
+    let late = guard.guarded([Op::set_data(&value, "stale", None)]);
+    let writing = async { late.await };
+    let admin = raw().await;
+    let usurp = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The administrator deletes the holder's node, and another session takes the lock.
+        let node = guard.path().to_string();
+        admin
+            .delete(&node, None)
+            .await
+            .expect("delete the holder's node");
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            take(other.clone(), lock_path.clone()),
+        )
+        .await
+        .expect("the next holder waited")
+    };
+    let (written, next) = tokio::join!(writing, usurp);
+    assert!(
+        matches!(written, Err(Error::LockLost(_))),
+        "the late write of a holder whose node was deleted returned {written:?}"
+    );
+    let (data, _) = admin.get_data(&value).await.unwrap();
+    assert_eq!(data, b"0", "the deposed holder's write was applied");
+    next.guarded([Op::set_data(&value, "1", None)])
+        .await
+        .expect("the new holder writes");
+    drop(next);
+    s.close().await;
+    other.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_guarded_write_of_a_fair_lock_holder_is_refused() {
+    // The write is the session's first request after the fault is armed.
+    a_late_guarded_write_is_refused("guarded-fair", 1, |s, path| async move {
+        FairLock::new(&s, &path).unwrap().lock().await.unwrap()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_guarded_write_of_a_simple_lock_holder_is_refused() {
+    // The simple lock reads its node first: the write is the second request. The newcomer's
+    // node is at the same path and version: only the ACL tells it apart.
+    a_late_guarded_write_is_refused("guarded-simple", 2, |s, path| async move {
+        ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap()
+    })
+    .await;
+}
+
+/// Given a holder, when one of its guarded operations fails, then the error names that
+/// operation and nothing of the transaction is applied; after an expiry every write is
+/// refused with `LockLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_writes_are_all_or_nothing_and_end_with_the_lock() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let root = unique_root("guarded-txn");
+    let lock = FairLock::new(&s, format!("{root}/lock")).unwrap();
+    let guard = lock.lock().await.unwrap();
+    let (a, b) = (format!("{root}/a"), format!("{root}/b"));
+    let r = guard
+        .guarded([Op::create(&a, "x"), Op::set_data(&b, "y", Some(3))])
+        .await;
+    assert!(
+        matches!(&r, Err(Error::TransactionFailed { index: 1, path, source: zk::Error::NoNode }) if *path == b),
+        "expected the second operation to fail with NoNode, got {r:?}"
+    );
+    assert!(
+        s.read(&a).await.unwrap().is_none(),
+        "a failed transaction created {a}"
+    );
+    let r = guard
+        .guarded([Op::create(&a, "x"), Op::create(&b, "y")])
+        .await;
+    assert_eq!(r.expect("both writes").len(), 2, "one result per operation");
+    let r = guard.guarded([Op::set_data("bad//path", "x", None)]).await;
+    assert!(matches!(r, Err(Error::InvalidPath { .. })), "{r:?}");
+    proxy.expire(&s).await.expect("expire");
+    let r = guard
+        .guarded([Op::set_data(&a, "after expiry", None)])
+        .await;
+    assert!(
+        matches!(r, Err(Error::LockLost(_))),
+        "a write after expiry returned {r:?}"
+    );
+    assert_eq!(s.read(&a).await.unwrap().unwrap().0, b"x");
+    s.close().await;
+}

@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 use super::{Granted, WatchFuture, RELEASE_MARK};
 use crate::error::{is_unknown, Error, LossReason, Result};
 use crate::path::NodeName;
-use crate::session::{Epoch, Session};
+use crate::session::{Epoch, GuardCheck, Op, Session};
 
 /// The shared state behind every guard: our granted node, its loss signal and its release.
 pub(crate) struct Holding {
@@ -248,6 +248,96 @@ impl Holding {
         self.epoch
             .upgrade()
             .filter(|e| !e.lost_token().is_cancelled())
+    }
+
+    /// Applies `ops` in one transaction that first proves, inside ZooKeeper, that our node is
+    /// still ours (see `GuardCheck`), so a holder that lost the lock can never write.
+    pub(crate) async fn guarded(&self, ops: &[Op]) -> Result<Vec<zk::MultiWriteResult>> {
+        for op in ops {
+            crate::path::validate_path(op.path())?;
+        }
+        let lost =
+            |h: &Holding| Error::LockLost(h.loss_reason().unwrap_or(LossReason::NodeDeleted));
+        if self.is_lost() {
+            return Err(lost(self));
+        }
+        let Some(epoch) = self.epoch() else {
+            return Err(lost(self));
+        };
+        let mut changed = 0;
+        let result = loop {
+            if !self.verify_czxid {
+                break epoch
+                    .guarded_multi(GuardCheck::Exists(&self.path), ops)
+                    .await;
+            }
+            // The fixed path: read the node, and write its own data back at that version in
+            // the transaction. No create at the path by this session can come between (they
+            // hold the same serializer), and another session's node refuses our write.
+            let serial = self.session.serialize_path(&self.path).await;
+            let (data, stat) = match epoch.get_data(&self.path).await {
+                Ok(read) => read,
+                Err(zk::Error::NoNode) => return Err(lost(self)),
+                Err(err) if crate::error::failure(&err) == crate::error::Failure::SessionOver => {
+                    return Err(Error::LockLost(
+                        self.loss_reason().unwrap_or(LossReason::SessionExpired),
+                    ))
+                }
+                Err(err) => return Err(Error::zk("get_data", &self.path, err)),
+            };
+            if stat.czxid != self.czxid {
+                return Err(lost(self));
+            }
+            let check = GuardCheck::Owned {
+                path: &self.path,
+                data: &data,
+                version: stat.version,
+            };
+            // Queued at call time: the serializer may go before the answer comes.
+            let multi = epoch.guarded_multi(check, ops);
+            drop(serial);
+            let result = multi.await;
+            // A data change between the read and the write (only a super user can make one):
+            // read again.
+            match result {
+                Err(zk::MultiWriteError::OperationFailed {
+                    index: 0,
+                    source: zk::Error::BadVersion,
+                }) if changed < 5 => changed += 1,
+                other => break other,
+            }
+        };
+        match result {
+            Ok(mut results) => {
+                results.remove(0);
+                Ok(results)
+            }
+            Err(zk::MultiWriteError::OperationFailed { index: 0, source }) => match source {
+                zk::Error::NoNode | zk::Error::NoAuth | zk::Error::BadVersion => Err(lost(self)),
+                other => Err(Error::zk("multi", &self.path, other)),
+            },
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                Err(Error::TransactionFailed {
+                    index: index - 1,
+                    path: ops
+                        .get(index - 1)
+                        .map(|o| o.path().to_string())
+                        .unwrap_or_default(),
+                    source,
+                })
+            }
+            // The session ended under the request: its ephemeral node, and the lock, are gone.
+            Err(zk::MultiWriteError::RequestFailed { source })
+                if crate::error::failure(&source) == crate::error::Failure::SessionOver =>
+            {
+                Err(Error::LockLost(
+                    self.loss_reason().unwrap_or(LossReason::SessionExpired),
+                ))
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                Err(Error::zk("multi", &self.path, source))
+            }
+        }
     }
 
     /// Releases: marked (one notification hands the lock on) or plain, see `release_node`.
