@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!   recipes::exclusive ─┐
-//!   recipes::fair_lock ─┤
+//!   recipes::fair_lock ─┤   (recipes::multi: several fair locks in sorted order)
 //!   recipes::semaphore ─┼──> crate::queue (contender queue, Holding) ──> crate::session (Epoch: every request)
 //!   recipes::rwlock    ─┤                                              └─> crate::path (names, validation)
 //!   recipes::election  ─┘
@@ -13,5 +13,6 @@
 pub mod election;
 pub mod exclusive;
 pub mod fair_lock;
+pub mod multi;
 pub mod rwlock;
 pub mod semaphore;

@@ -784,11 +784,11 @@ impl Epoch {
         )
     }
 
-    /// One transaction: the guard's `check`, then the caller's `ops` (see
+    /// One transaction: the guards' `checks`, then the caller's `ops` (see
     /// [`LockGuard::guarded`](crate::LockGuard::guarded)). Queued at call time.
     pub(crate) fn guarded_multi<'a>(
         &'a self,
-        check: GuardCheck<'a>,
+        checks: &[GuardCheck<'_>],
         ops: &'a [Op],
     ) -> impl Future<Output = std::result::Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>>
            + Send
@@ -798,33 +798,35 @@ impl Epoch {
         crate::observe::request("multi");
         let mut writer = self.client.new_multi_writer();
         let open = zk::Acls::anyone_all();
-        let queued = match check {
-            GuardCheck::Exists(path) => writer.add_check_version(path, -1),
-            GuardCheck::Owned {
-                path,
-                data,
-                version,
-            } => writer.add_set_data(path, data, Some(version)),
-        }
-        .and_then(|_| {
-            ops.iter().try_for_each(|op| match op {
-                Op::Create { path, data, acls } => {
-                    let acls = if acls.is_empty() {
-                        open
-                    } else {
-                        zk::Acls::new(acls)
-                    };
-                    writer.add_create(path, data, &zk::CreateMode::Persistent.with_acls(acls))
-                }
-                Op::SetData {
+        let queued = checks
+            .iter()
+            .try_for_each(|check| match *check {
+                GuardCheck::Exists(path) => writer.add_check_version(path, -1),
+                GuardCheck::Owned {
                     path,
                     data,
                     version,
-                } => writer.add_set_data(path, data, *version),
-                Op::Delete { path, version } => writer.add_delete(path, *version),
-                Op::Check { path, version } => writer.add_check_version(path, *version),
+                } => writer.add_set_data(path, data, Some(version)),
             })
-        });
+            .and_then(|_| {
+                ops.iter().try_for_each(|op| match op {
+                    Op::Create { path, data, acls } => {
+                        let acls = if acls.is_empty() {
+                            open
+                        } else {
+                            zk::Acls::new(acls)
+                        };
+                        writer.add_create(path, data, &zk::CreateMode::Persistent.with_acls(acls))
+                    }
+                    Op::SetData {
+                        path,
+                        data,
+                        version,
+                    } => writer.add_set_data(path, data, *version),
+                    Op::Delete { path, version } => writer.add_delete(path, *version),
+                    Op::Check { path, version } => writer.add_check_version(path, *version),
+                })
+            });
         let commit = queued.map(|_| writer.commit());
         let health = self.health.clone();
         async move {

@@ -538,3 +538,139 @@ async fn semaphore_bounds_holders() {
     check_semaphore(&all, 3).assert_clean("6 workers on a 3-permit semaphore");
     s.close().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// MultiLock: several fair locks, all or none, deadlock-free
+// ---------------------------------------------------------------------------------------------
+
+use zk_recipes::{MultiLock, Op};
+
+/// Given three contenders on separate sessions asking in a loop for {a, b}, {b, a} (multi-locks
+/// named in opposite orders) and for b alone, when each round has one deadline, then nobody
+/// ever times out (no deadlock) and no two holds of a lock overlap; every lock of a set is held
+/// at once. Taking the locks in the caller's order deadlocks here within a few rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_in_opposite_orders_never_deadlock_nor_overlap() {
+    let root = unique_root("multi-order");
+    let (a, b) = (format!("{root}/a"), format!("{root}/b"));
+    let orders: [Vec<String>; 3] = [
+        vec![a.clone(), b.clone()],
+        vec![b.clone(), a.clone()],
+        vec![b.clone()],
+    ];
+    let mut tasks = Vec::new();
+    for (w, paths) in orders.into_iter().enumerate() {
+        let s = session().await;
+        let (a, b) = (a.clone(), b.clone());
+        tasks.push(tokio::spawn(async move {
+            let locks = MultiLock::new(&s, &paths).unwrap();
+            let mut events = Vec::new();
+            for round in 0..40 {
+                let held = match locks.lock_timeout(Duration::from_secs(15)).await {
+                    Ok(held) => held,
+                    Err(e) => panic!("worker {w} round {round} on {paths:?}: {e} (a deadlock?)"),
+                };
+                let acquired = monotonic_nanos();
+                assert!(!held.is_lost());
+                let taken: Vec<&str> = held.guards().iter().map(|g| g.path()).collect();
+                assert_eq!(taken.len(), paths.len(), "held {taken:?} for {paths:?}");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let released = monotonic_nanos();
+                for g in held.guards() {
+                    let which = if g.path().starts_with(&format!("{a}/")) {
+                        "a"
+                    } else {
+                        assert!(g.path().starts_with(&format!("{b}/")), "{}", g.path());
+                        "b"
+                    };
+                    events.push((
+                        which,
+                        Event::new(format!("worker-{w}"), Kind::Exclusive, acquired, released),
+                    ));
+                }
+                held.release().await.expect("release");
+            }
+            s.close().await;
+            events
+        }));
+    }
+    let mut per_lock: std::collections::HashMap<&str, Vec<Event>> = Default::default();
+    for t in tasks {
+        for (which, e) in tokio::time::timeout(T, t)
+            .await
+            .expect("deadlock: the loop hung")
+            .unwrap()
+        {
+            per_lock.entry(which).or_default().push(e);
+        }
+    }
+    assert_eq!(
+        per_lock["a"].len(),
+        80,
+        "a is held 40 times by each of two workers"
+    );
+    assert_eq!(per_lock["b"].len(), 120);
+    for (which, events) in per_lock {
+        check(&events).assert_clean(&format!("lock {which}"));
+    }
+}
+
+/// Given b held by another session, when a multi-lock asks for {a, b} with `try_lock` or a
+/// short deadline, then it fails with `WouldBlock` or `Timeout` and holds nothing: no node of
+/// ours is left in a or b. Bad input is refused before anything is sent. A guarded write
+/// across the set is refused once one of its nodes is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_that_cannot_take_every_lock_holds_none() {
+    let root = unique_root("multi-none");
+    let (a, b) = (format!("{root}/a"), format!("{root}/b"));
+    let s = session().await;
+    let other = session().await;
+    let blocker = FairLock::new(&other, &b).unwrap().lock().await.unwrap();
+    let locks = MultiLock::new(&s, [&b, &a]).unwrap();
+    assert_eq!(
+        locks.paths(),
+        [a.as_str(), b.as_str()],
+        "taken in sorted order"
+    );
+    let r = locks.try_lock().await;
+    assert!(matches!(r, Err(Error::WouldBlock)), "{r:?}");
+    let r = locks.lock_timeout(Duration::from_millis(300)).await;
+    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        children(&a).await,
+        Vec::<String>::new(),
+        "a node of ours is left in {a}"
+    );
+    assert_eq!(children(&b).await.len(), 1, "only the blocker is in {b}");
+
+    blocker.release().await.unwrap();
+    let held = locks.lock().await.unwrap();
+    let value = format!("{root}/value");
+    held.guarded([Op::create(&value, "1")])
+        .await
+        .expect("a guarded write of the set");
+    let admin = raw().await;
+    admin.delete(held.guards()[1].path(), None).await.unwrap();
+    tokio::time::timeout(T, held.lost())
+        .await
+        .expect("lost() after a node's deletion");
+    let r = held.guarded([Op::set_data(&value, "2", None)]).await;
+    assert!(
+        matches!(r, Err(Error::LockLost(LossReason::NodeDeleted))),
+        "{r:?}"
+    );
+    drop(held);
+
+    for bad in [vec![], vec![a.clone(), format!("{a}/inner")]] {
+        let r = MultiLock::new(&s, &bad);
+        assert!(
+            matches!(r, Err(Error::InvalidArgument(_))),
+            "{bad:?}: {r:?}"
+        );
+    }
+    let r = MultiLock::new(&s, ["/ok", "no-slash"]);
+    assert!(matches!(r, Err(Error::InvalidPath { .. })), "{r:?}");
+    s.close().await;
+    other.close().await;
+}

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::{Granted, WatchFuture, RELEASE_MARK};
-use crate::error::{is_unknown, Error, LossReason, Result};
+use crate::error::{failure, is_unknown, Error, Failure, LossReason, Result};
 use crate::path::NodeName;
 use crate::session::{Epoch, GuardCheck, Op, Session};
 
@@ -253,89 +253,124 @@ impl Holding {
     /// Applies `ops` in one transaction that first proves, inside ZooKeeper, that our node is
     /// still ours (see `GuardCheck`), so a holder that lost the lock can never write.
     pub(crate) async fn guarded(&self, ops: &[Op]) -> Result<Vec<zk::MultiWriteResult>> {
+        Holding::guarded_all(&[self], ops).await
+    }
+
+    /// [`guarded`](Self::guarded) for several holdings of one session at once (a multi-lock):
+    /// one transaction with a check per holding.
+    pub(crate) async fn guarded_all(
+        holdings: &[&Holding],
+        ops: &[Op],
+    ) -> Result<Vec<zk::MultiWriteResult>> {
         for op in ops {
             crate::path::validate_path(op.path())?;
         }
         let lost =
             |h: &Holding| Error::LockLost(h.loss_reason().unwrap_or(LossReason::NodeDeleted));
-        if self.is_lost() {
-            return Err(lost(self));
-        }
-        let Some(epoch) = self.epoch() else {
-            return Err(lost(self));
+        let session_over =
+            |h: &Holding| Error::LockLost(h.loss_reason().unwrap_or(LossReason::SessionExpired));
+        let Some(first) = holdings.first() else {
+            return Err(Error::InvalidArgument(
+                "a guarded write needs a guard".into(),
+            ));
         };
+        let mut epoch = None;
+        for h in holdings {
+            if h.is_lost() {
+                return Err(lost(h));
+            }
+            match (h.epoch(), &epoch) {
+                (None, _) => return Err(lost(h)),
+                (Some(e), None) => epoch = Some(e),
+                // Guards of different epochs: the older one's epoch has ended.
+                (Some(e), Some(known)) if !Arc::ptr_eq(&e, known) => return Err(lost(h)),
+                _ => {}
+            }
+        }
+        let epoch = epoch.expect("at least one holding");
         let mut changed = 0;
         let result = loop {
-            if !self.verify_czxid {
-                break epoch
-                    .guarded_multi(GuardCheck::Exists(&self.path), ops)
-                    .await;
-            }
-            // The fixed path: read the node, and write its own data back at that version in
-            // the transaction. No create at the path by this session can come between (they
-            // hold the same serializer), and another session's node refuses our write.
-            let serial = self.session.serialize_path(&self.path).await;
-            let (data, stat) = match epoch.get_data(&self.path).await {
-                Ok(read) => read,
-                Err(zk::Error::NoNode) => return Err(lost(self)),
-                Err(err) if crate::error::failure(&err) == crate::error::Failure::SessionOver => {
-                    return Err(Error::LockLost(
-                        self.loss_reason().unwrap_or(LossReason::SessionExpired),
-                    ))
+            // The simple lock's fixed path: read the node, and write its own data back at that
+            // version in the transaction. No create at the path by this session can come
+            // between (creates hold the same serializer), and another session's node refuses
+            // our write.
+            let mut serials = Vec::new();
+            let mut reads = Vec::with_capacity(holdings.len());
+            for h in holdings {
+                if !h.verify_czxid {
+                    reads.push(None);
+                    continue;
                 }
-                Err(err) => return Err(Error::zk("get_data", &self.path, err)),
-            };
-            if stat.czxid != self.czxid {
-                return Err(lost(self));
+                serials.push(h.session.serialize_path(&h.path).await);
+                match epoch.get_data(&h.path).await {
+                    Ok((data, stat)) if stat.czxid == h.czxid => {
+                        reads.push(Some((data, stat.version)))
+                    }
+                    Ok(_) | Err(zk::Error::NoNode) => return Err(lost(h)),
+                    Err(err) if failure(&err) == Failure::SessionOver => {
+                        return Err(session_over(h))
+                    }
+                    Err(err) => return Err(Error::zk("get_data", &h.path, err)),
+                }
             }
-            let check = GuardCheck::Owned {
-                path: &self.path,
-                data: &data,
-                version: stat.version,
-            };
-            // Queued at call time: the serializer may go before the answer comes.
-            let multi = epoch.guarded_multi(check, ops);
-            drop(serial);
+            let checks: Vec<GuardCheck<'_>> = holdings
+                .iter()
+                .zip(&reads)
+                .map(|(h, read)| match read {
+                    // A queue node's name is never used again: its existence is the proof.
+                    None => GuardCheck::Exists(&h.path),
+                    Some((data, version)) => GuardCheck::Owned {
+                        path: &h.path,
+                        data,
+                        version: *version,
+                    },
+                })
+                .collect();
+            // Queued at call time: the serializers may go before the answer comes.
+            let multi = epoch.guarded_multi(&checks, ops);
+            drop(serials);
             let result = multi.await;
             // A data change between the read and the write (only a super user can make one):
             // read again.
             match result {
                 Err(zk::MultiWriteError::OperationFailed {
-                    index: 0,
+                    index,
                     source: zk::Error::BadVersion,
-                }) if changed < 5 => changed += 1,
+                }) if index < holdings.len() && reads[index].is_some() && changed < 5 => {
+                    changed += 1
+                }
                 other => break other,
             }
         };
+        let n = holdings.len();
         match result {
-            Ok(mut results) => {
-                results.remove(0);
-                Ok(results)
+            Ok(mut results) => Ok(results.split_off(n)),
+            Err(zk::MultiWriteError::OperationFailed { index, source }) if index < n => {
+                match source {
+                    zk::Error::NoNode | zk::Error::NoAuth | zk::Error::BadVersion => {
+                        Err(lost(holdings[index]))
+                    }
+                    other => Err(Error::zk("multi", &holdings[index].path, other)),
+                }
             }
-            Err(zk::MultiWriteError::OperationFailed { index: 0, source }) => match source {
-                zk::Error::NoNode | zk::Error::NoAuth | zk::Error::BadVersion => Err(lost(self)),
-                other => Err(Error::zk("multi", &self.path, other)),
-            },
             Err(zk::MultiWriteError::OperationFailed { index, source }) => {
                 Err(Error::TransactionFailed {
-                    index: index - 1,
+                    index: index - n,
                     path: ops
-                        .get(index - 1)
+                        .get(index - n)
                         .map(|o| o.path().to_string())
                         .unwrap_or_default(),
                     source,
                 })
             }
-            // The session ended under the request: its ephemeral node, and the lock, are gone.
+            // The session ended under the request: its ephemeral nodes, and the locks, are gone.
             Err(zk::MultiWriteError::RequestFailed { source })
-                if crate::error::failure(&source) == crate::error::Failure::SessionOver =>
+                if failure(&source) == Failure::SessionOver =>
             {
-                Err(Error::LockLost(
-                    self.loss_reason().unwrap_or(LossReason::SessionExpired),
-                ))
+                Err(session_over(first))
             }
             Err(zk::MultiWriteError::RequestFailed { source }) => {
-                Err(Error::zk("multi", &self.path, source))
+                Err(Error::zk("multi", &first.path, source))
             }
         }
     }
