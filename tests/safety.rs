@@ -682,8 +682,7 @@ where
         FaultPoint::BeforeRequest(stall_before),
         FaultAction::Stall(Duration::from_millis(1500)),
     ));
-    let late = guard.guarded([Op::set_data(&value, "stale", None)]);
-    let writing = async { late.await };
+    let writing = guard.guarded([Op::set_data(&value, "stale", None)]);
     let admin = raw().await;
     let usurp = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
