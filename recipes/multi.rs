@@ -234,6 +234,11 @@ impl MultiGuard {
         &self.guards
     }
 
+    /// The guards, to hold or release one by one (each releases on drop as usual).
+    pub fn into_guards(self) -> Vec<LockGuard> {
+        self.guards
+    }
+
     /// Resolves when any of the locks is lost. Cancel safe; may be called often.
     pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let each: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();

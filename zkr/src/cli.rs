@@ -220,8 +220,11 @@ pub struct WaitArgs {
 
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// The lock path (the directory of contender nodes; for --simple, the lock node)
-    pub path: String,
+    /// The lock path (the directory of contender nodes; for --simple, the lock node). Several
+    /// paths take several fair locks, all or none, in sorted order (no deadlock whatever order
+    /// other callers give)
+    #[arg(required = true, num_args = 1.., value_name = "PATH")]
+    pub paths: Vec<String>,
 
     #[command(flatten)]
     pub wait: WaitArgs,

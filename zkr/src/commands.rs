@@ -5,8 +5,8 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use zk_recipes::{
-    validate_path, Election, Error, ExclusiveLock, FairLock, LockGuard, NodeKind, RwLock,
-    Semaphore, Session, SessionBuilder,
+    validate_path, Election, Error, ExclusiveLock, FairLock, LockGuard, MultiLock, NodeKind,
+    RwLock, Semaphore, Session, SessionBuilder,
 };
 
 use crate::cli::{AclArg, Cli, Command, ElectArgs, Global, LockArgs, RwArgs, WaitArgs};
@@ -15,7 +15,7 @@ use crate::run::{self, Held, RunSpec};
 use crate::show::{self, own_identity};
 use crate::signals::{self, Signals};
 use crate::wait::{self, Progress};
-use crate::{Fail, Outcome, EXIT_FAILURE, EXIT_NOT_ACQUIRED, EXIT_UNREACHABLE};
+use crate::{Fail, Outcome, EXIT_FAILURE, EXIT_NOT_ACQUIRED, EXIT_UNREACHABLE, EXIT_USAGE};
 
 /// Node kinds of a lock directory (Curator and kazoo locks and read/write nodes).
 pub const LOCK_KINDS: &[NodeKind] = &[NodeKind::Lock, NodeKind::Read, NodeKind::Write];
@@ -28,8 +28,19 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub async fn run(cli: Cli) -> Outcome {
     let mut signals = Signals::install()
         .map_err(|e| Fail::new(EXIT_FAILURE, format!("cannot install signal handlers: {e}")))?;
+    if let Command::Lock(a) = &cli.command {
+        for path in &a.paths {
+            validate_path(path).map_err(|e| Fail::from_error("", e))?;
+        }
+        if a.paths.len() > 1 && (a.simple || a.permits.is_some()) {
+            return Err(Fail::new(
+                EXIT_USAGE,
+                "several paths take fair locks: --simple and --permits take one path",
+            ));
+        }
+    }
     let path = match &cli.command {
-        Command::Lock(a) => &a.path,
+        Command::Lock(a) => &a.paths[0],
         Command::Read(a) | Command::Write(a) => &a.path,
         Command::Elect(a) => &a.path,
         Command::Leader(a) => &a.path,
@@ -410,7 +421,10 @@ pub fn acquired<G>(
 
 /// `zkr lock PATH [--timeout DUR | --try] [--permits N] [--simple] [--layout L] -- CMD`.
 async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals) -> Outcome {
-    let path = a.path.as_str();
+    if a.paths.len() > 1 {
+        return multi_lock(session, g, a, signals).await;
+    }
+    let path = a.paths[0].as_str();
     let identity = own_identity();
     let bad = |e| Fail::from_error("", e);
     let mode = Mode::of(&a.wait);
@@ -455,6 +469,35 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
         env: Vec::new(),
     };
     run::run(Held::new(guard, "the lock"), spec, signals).await
+}
+
+/// `zkr lock PATH PATH... [--timeout DUR | --try] [--layout L] -- CMD`: fair locks on every
+/// path, all or none, taken in sorted order under one deadline.
+async fn multi_lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals) -> Outcome {
+    let bad = |e| Fail::from_error("", e);
+    let mut locks = MultiLock::new(session, &a.paths)
+        .map_err(bad)?
+        .with_data(own_identity().into_bytes())
+        .with_acls(&acls(g)?);
+    if let Some(layout) = a.layout {
+        locks = locks.with_layout(layout);
+    }
+    let paths: Vec<String> = locks.paths().iter().map(|p| p.to_string()).collect();
+    let described = paths.join(" ");
+    let progress = Progress::multi(session, &paths, LOCK_KINDS);
+    let future = acquire_future!(Mode::of(&a.wait), locks, lock, try_lock, lock_timeout);
+    let result = wait::acquire(future, &progress, signals, a.wait.try_lock).await;
+    let note = busy_note(&result, &progress).await;
+    let held = acquired(result, &described, Some(&a.wait), note)?;
+    let spec = RunSpec {
+        path: paths[0].clone(),
+        cmd: a.cmd.clone(),
+        grace: a.wait.grace,
+        session: session.clone(),
+        acquired_at: Instant::now(),
+        env: Vec::new(),
+    };
+    run::run(Held::multi(held, "the locks"), spec, signals).await
 }
 
 /// `zkr read|write PATH [--timeout DUR | --try] [--layout L] -- CMD`.

@@ -38,14 +38,23 @@ const TICK: Duration = Duration::from_millis(100);
 
 /// What is held while CMD runs: the library's guard core, whatever the recipe.
 pub struct Held {
-    guard: LockGuard,
+    /// One guard, or a multi-lock's guards in path order.
+    guards: Vec<LockGuard>,
     what: &'static str,
 }
 
 impl Held {
     pub fn new(guard: impl Into<LockGuard>, what: &'static str) -> Held {
         Held {
-            guard: guard.into(),
+            guards: vec![guard.into()],
+            what,
+        }
+    }
+
+    /// Every lock of a multi-lock.
+    pub fn multi(held: zk_recipes::MultiGuard, what: &'static str) -> Held {
+        Held {
+            guards: held.into_guards(),
             what,
         }
     }
@@ -54,35 +63,58 @@ impl Held {
         self.what
     }
 
+    fn first(&self) -> &LockGuard {
+        &self.guards[0]
+    }
+
     fn node(&self) -> String {
-        self.guard.path().to_string()
+        self.first().path().to_string()
     }
 
     fn fencing_token(&self) -> i64 {
-        self.guard.fencing_token()
+        self.first().fencing_token()
+    }
+
+    /// One line per lock: `ZK_LOCK_NODES` and `ZK_FENCING_TOKENS`.
+    fn nodes_and_tokens(&self) -> (String, String) {
+        let nodes: Vec<&str> = self.guards.iter().map(LockGuard::path).collect();
+        let tokens: Vec<String> = self
+            .guards
+            .iter()
+            .map(|g| g.fencing_token().to_string())
+            .collect();
+        (nodes.join("\n"), tokens.join("\n"))
     }
 
     fn session_id(&self) -> i64 {
-        self.guard.session_id()
+        self.first().session_id()
     }
 
     fn is_lost(&self) -> bool {
-        self.guard.is_lost()
+        self.guards.iter().any(LockGuard::is_lost)
     }
 
     fn loss_reason(&self) -> String {
-        self.guard
-            .loss_reason()
+        self.guards
+            .iter()
+            .find_map(LockGuard::loss_reason)
             .map_or_else(|| "lost".to_string(), |r| r.to_string())
     }
 
     async fn lost(&self) {
-        self.guard.lost().await
+        let each: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
+        futures::future::select_all(each).await;
     }
 
-    /// Releases the lock, or resigns the leadership.
+    /// Releases the locks (the last taken first), or resigns the leadership.
     async fn release(self) -> zk_recipes::Result<()> {
-        self.guard.release().await
+        let mut first = Ok(());
+        for guard in self.guards.into_iter().rev() {
+            if let (Err(e), true) = (guard.release().await, first.is_ok()) {
+                first = Err(e);
+            }
+        }
+        first
     }
 }
 
@@ -170,6 +202,7 @@ impl Supervised {
         let (ctl_r, ctl_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail(&e))?;
         let (rep_r, rep_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail(&e))?;
         let (ctl_fd, rep_fd) = (ctl_r.as_raw_fd(), rep_w.as_raw_fd());
+        let (nodes, tokens) = held.nodes_and_tokens();
         let mut command = std::process::Command::new("/proc/self/exe");
         command
             .arg0("zkr")
@@ -181,6 +214,8 @@ impl Supervised {
             .arg("--")
             .args(&spec.cmd)
             .env("ZK_LOCK_PATH", &spec.path)
+            .env("ZK_LOCK_NODES", nodes)
+            .env("ZK_FENCING_TOKENS", tokens)
             .env("ZK_LOCK_NODE", held.node())
             .env("ZK_FENCING_TOKEN", held.fencing_token().to_string())
             .env("ZK_SESSION_ID", format!("{:#x}", held.session_id()))

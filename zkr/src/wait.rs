@@ -37,6 +37,8 @@ enum Queue {
     },
     /// The simple lock: one node, no queue.
     Simple(ExclusiveLock),
+    /// A multi-lock: the first of these locks we wait for.
+    Multi(Vec<Progress>),
 }
 
 /// Where we stand.
@@ -91,8 +93,24 @@ impl Progress {
         }
     }
 
+    /// Progress of a multi-lock on `paths` (fair locks, taken in this order).
+    pub fn multi(session: &Session, paths: &[String], kinds: &'static [NodeKind]) -> Progress {
+        Progress {
+            session: session.clone(),
+            path: paths.join(" "),
+            what: Queue::Multi(
+                paths
+                    .iter()
+                    .map(|p| Progress::queue(session, p, kinds, None))
+                    .collect(),
+            ),
+            election: false,
+        }
+    }
+
     async fn contenders(&self) -> Option<(Vec<Contender>, Option<usize>)> {
         match &self.what {
+            Queue::Multi(_) => None,
             Queue::Nodes { kinds, permits } => {
                 let list = zk_recipes::list_contenders(&self.session, &self.path)
                     .await
@@ -112,6 +130,19 @@ impl Progress {
 
     /// Who holds now, as ` (held by … for …)`, or empty: for the `--try` refusal.
     pub async fn holder_note(&self) -> String {
+        if let Queue::Multi(each) = &self.what {
+            for p in each {
+                let note = Box::pin(p.holder_note()).await;
+                if !note.is_empty() {
+                    let inner = note
+                        .trim_start()
+                        .trim_start_matches('(')
+                        .trim_end_matches(')');
+                    return format!(" ({}: {inner})", p.path);
+                }
+            }
+            return String::new();
+        }
         let Some((list, permits)) = self.contenders().await else {
             return String::new();
         };
@@ -129,6 +160,18 @@ impl Progress {
 
     /// Our place, or `None` until our node is visible (or on a read error).
     async fn snapshot(&self) -> Option<Snapshot> {
+        if let Queue::Multi(each) = &self.what {
+            // Where we stand in the first lock of the set we are still blocked on.
+            let mut free = None;
+            for p in each {
+                match Box::pin(p.snapshot()).await {
+                    Some(s) if s.blocked => return Some(s),
+                    Some(s) => free = Some(s),
+                    None => return None,
+                }
+            }
+            return free;
+        }
         let me = self.session.session_id()?;
         let (list, permits) = self.contenders().await?;
         let roles = roles(&list, permits);

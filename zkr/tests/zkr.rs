@@ -345,6 +345,69 @@ fn eight_concurrent_locks_never_overlap_and_tokens_increase() {
 }
 
 #[test]
+fn multi_locks_named_in_opposite_orders_never_deadlock_nor_overlap() {
+    // Given two loops of `zkr lock A B` and `zkr lock B A`, each run with a deadline
+    let root = unique_root("zkr-multi");
+    let (a, b) = (format!("{root}/a"), format!("{root}/b"));
+    let (_dir, log) = log_file();
+    // CMD sees both nodes and both tokens, one per line.
+    let script = r#"[ "$(printf '%s\n' "$ZK_LOCK_NODES" | wc -l)" = 2 ] || exit 9
+[ "$(printf '%s\n' "$ZK_FENCING_TOKENS" | head -1)" = "$ZK_FENCING_TOKEN" ] || exit 10
+echo "start $ZK_FENCING_TOKEN" >> "$LOG"; sleep 0.05; echo "end $ZK_FENCING_TOKEN" >> "$LOG""#;
+    let loops: Vec<_> = [[a.clone(), b.clone()], [b.clone(), a.clone()]]
+        .into_iter()
+        .enumerate()
+        .map(|(w, order)| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for round in 0..8 {
+                    let mut c = zkr(
+                        &direct(),
+                        &[
+                            "lock",
+                            &order[0],
+                            &order[1],
+                            "--timeout",
+                            "20s",
+                            "--",
+                            "sh",
+                            "-c",
+                            script,
+                        ],
+                    );
+                    c.env("LOG", &log);
+                    let mut p = Proc::spawn(&format!("loop {w} round {round}"), c);
+                    let code = p.wait(Duration::from_secs(40));
+                    assert_eq!(
+                        code,
+                        0,
+                        "{} exited {code} (75: a deadlock); stderr:\n{}",
+                        p.label,
+                        p.stderr()
+                    );
+                }
+            })
+        })
+        .collect();
+    // When both loops end
+    for l in loops {
+        l.join().expect("a loop failed");
+    }
+    // Then every CMD ran alone, tokens of the first lock increase, and no node is left
+    assert_serial(&read_lines(&log), 16);
+    assert_eq!(children(&a), Vec::<String>::new(), "nodes left in a");
+    assert_eq!(children(&b), Vec::<String>::new(), "nodes left in b");
+    // And several paths with --simple are refused before connecting
+    let done = run(
+        "simple multi",
+        zkr_bare(&["lock", &a, &b, "--simple", "--", "true"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(done.code, 2, "stderr: {}", done.stderr);
+    assert!(done.stderr.contains("--simple"), "stderr: {}", done.stderr);
+}
+
+#[test]
 fn try_on_a_held_lock_exits_75_at_once_and_sigterm_reaches_cmd() {
     let path = format!("{}/job", unique_root("zkr-try"));
     let (_dir, log) = log_file();
