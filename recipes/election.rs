@@ -175,6 +175,14 @@ impl Election {
         self
     }
 
+    /// Whether a leader can be asked to resign by another process (default `false`): its
+    /// `revoke_requested()` resolves on a request made with [`revoke`](crate::revoke). Costs
+    /// one `exists` watch per term.
+    pub fn with_revocable(mut self, revocable: bool) -> Self {
+        Arc::make_mut(&mut self.spec).revocable = revocable;
+        self
+    }
+
     /// Whether resigning marks our node before deleting it (default `false`).
     ///
     /// With the mark, a candidate of this crate that watched our node knows that every node
@@ -238,7 +246,9 @@ impl Election {
 
     async fn acquire(&self, wait: Wait) -> Result<Leadership> {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
-        let holding = Holding::new(&self.session, granted).with_release_mark(self.release_mark);
+        let holding = Holding::new(&self.session, granted)
+            .with_release_mark(self.release_mark)
+            .revocable(self.spec.revocable);
         Ok(Leadership {
             guard: LockGuard::new(holding),
             id: self.id.clone(),

@@ -143,7 +143,9 @@ impl FairLock {
 
     async fn acquire(&self, wait: Wait) -> Result<LockGuard> {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
-        Ok(LockGuard::new(Holding::new(&self.session, granted)))
+        Ok(LockGuard::new(
+            Holding::new(&self.session, granted).revocable(self.spec.revocable),
+        ))
     }
 }
 

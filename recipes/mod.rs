@@ -14,5 +14,6 @@ pub mod election;
 pub mod exclusive;
 pub mod fair_lock;
 pub mod multi;
+pub mod revoke;
 pub mod rwlock;
 pub mod semaphore;

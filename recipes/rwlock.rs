@@ -284,7 +284,9 @@ impl RwLock {
     async fn acquire_read(&self, wait: Wait) -> Result<ReadGuard> {
         let granted = queue::acquire(&self.session, &self.read_spec(), wait).await?;
         Ok(ReadGuard {
-            guard: LockGuard::new(Holding::new(&self.session, granted)),
+            guard: LockGuard::new(
+                Holding::new(&self.session, granted).revocable(self.spec.revocable),
+            ),
             exclusive: false,
         })
     }
@@ -292,7 +294,9 @@ impl RwLock {
     async fn acquire_write(&self, wait: Wait) -> Result<WriteGuard> {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
         Ok(WriteGuard {
-            guard: LockGuard::new(Holding::new(&self.session, granted)),
+            guard: LockGuard::new(
+                Holding::new(&self.session, granted).revocable(self.spec.revocable),
+            ),
             lock: self.clone(),
         })
     }
@@ -469,7 +473,9 @@ impl WriteGuard {
         match lock.place_read_behind(&epoch, guard.holding.name()).await {
             Placement::Clean(granted) => {
                 // Hold the read node first, so that a cancellation from here on releases both.
-                let read = LockGuard::new(Holding::new(&lock.session, granted));
+                let read = LockGuard::new(
+                    Holding::new(&lock.session, granted).revocable(lock.spec.revocable),
+                );
                 match guard.release().await {
                     Ok(()) => Ok(ReadGuard {
                         guard: read,

@@ -135,7 +135,9 @@ impl Semaphore {
         // A plain delete: the head waiter watches every holder and counts any deletion as a
         // free permit; a data change on a lease means a grant (see `src/queue.rs`).
         Ok(LockGuard::new(
-            Holding::new(&self.session, granted).with_release_mark(false),
+            Holding::new(&self.session, granted)
+                .with_release_mark(false)
+                .revocable(self.spec.revocable),
         ))
     }
 }

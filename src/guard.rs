@@ -73,6 +73,18 @@ impl LockGuard {
         self.holding.lost_token().clone().cancelled_owned()
     }
 
+    /// Resolves when another process asks this holder to let go ([`revoke`](crate::revoke));
+    /// never for a guard of a lock made without `with_revocable(true)`. Letting go is the
+    /// holder's choice: nothing happens until it releases. Cancel safe; may be called often.
+    pub fn revoke_requested(&self) -> WaitForCancellationFutureOwned {
+        self.holding.revoke_token().clone().cancelled_owned()
+    }
+
+    /// Whether a revocation request has arrived (see [`revoke_requested`](Self::revoke_requested)).
+    pub fn is_revoke_requested(&self) -> bool {
+        self.holding.revoke_token().is_cancelled()
+    }
+
     /// A token cancelled when the lock is lost, to hand to other tasks.
     pub fn lost_token(&self) -> CancellationToken {
         self.holding.lost_token().clone()

@@ -90,6 +90,7 @@ pub use recipes::election::{
 pub use recipes::exclusive::ExclusiveLock;
 pub use recipes::fair_lock::FairLock;
 pub use recipes::multi::{MultiGuard, MultiLock};
+pub use recipes::revoke::{revoke, revoke_holders, Revocation};
 pub use recipes::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use recipes::semaphore::Semaphore;
 pub use session::{LossPolicy, Op, Session, SessionBuilder, SessionEvent};

@@ -15,7 +15,7 @@ mod support;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use support::history::{check, node_sequence, Event, Kind};
+use support::history::{check, node_sequence, Event, InteropLine, Kind};
 use support::interop::{build_java, finish_all, Peer, PeerHistory};
 use zk_recipes::testing::{monotonic_nanos, shared_server, unique_root};
 use zk_recipes::{Error, FairLock, Layout, NodeKind, NodeName, Session};
@@ -598,5 +598,146 @@ async fn curator_ignores_our_kazoo_layout_nodes() {
         1,
         "expected Curator to overlap our kazoo-layout holder: {r}"
     );
+    close(s).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cooperative revocation, with Curator on both sides
+// ---------------------------------------------------------------------------------------------
+
+/// Given a revocable holder of ours with a waiter behind it, when a revoker asks it to let go,
+/// then its `revoke_requested()` resolves, the waiter is not granted by the request (a
+/// request is never a release), and once the holder releases the waiter holds and the request
+/// node is gone. A holder made without `with_revocable` is not told. Curator's `Revoker`
+/// cannot ask our holder (our nodes take writes from their creator only): it fails, and
+/// nothing is handed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocable_holder_is_asked_and_the_request_is_no_release() {
+    tokio::task::spawn_blocking(build_java)
+        .await
+        .expect("javac");
+    let cs = shared_server().connect_string();
+    let path = format!("{}/mutex", unique_root("revoke-ours"));
+    let (holder_s, waiter_s, revoker_s) = (session().await, session().await, session().await);
+    let guard = FairLock::new(&holder_s, &path)
+        .unwrap()
+        .with_revocable(true)
+        .lock()
+        .await
+        .unwrap();
+    let waiter_lock = FairLock::new(&waiter_s, &path).unwrap();
+    let waiting = tokio::spawn(async move { waiter_lock.lock().await });
+    wait_contenders(
+        &FairLock::new(&revoker_s, &path).unwrap(),
+        2,
+        "the waiter queued",
+    )
+    .await;
+
+    // Curator's Revoker on our holder's node: refused, nothing handed on.
+    let node_path = guard.path().to_string();
+    let curator = tokio::task::spawn_blocking({
+        let (cs, node_path) = (cs.clone(), node_path.clone());
+        move || {
+            let mut p = Peer::curator("curator-revoker", &["revoke", &cs, &node_path]);
+            p.wait_for(BOUND, |l| {
+                matches!(l, InteropLine::RevokeSent | InteropLine::Err(_))
+            })
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(&curator, Some(InteropLine::Err(e)) if e.contains("NoAuth")),
+        "Curator's Revoker on our node: {curator:?}"
+    );
+    assert!(
+        !guard.is_revoke_requested(),
+        "Curator's failed write asked our holder"
+    );
+
+    let asked = zk_recipes::revoke_holders(&revoker_s, &path).await.unwrap();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].node(), node_path);
+    within("revoke_requested()", guard.revoke_requested()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "the request handed the lock on");
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+    let next = within("the waiter's grant", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let left = names(&FairLock::new(&revoker_s, &path).unwrap()).await;
+    let raw = support::interop::list_children(&cs, &path);
+    assert_eq!(
+        raw.len(),
+        1,
+        "the request node is still there: {raw:?} (contenders {left:?})"
+    );
+
+    // A holder that is not revocable is never told.
+    let asked = zk_recipes::revoke_holders(&revoker_s, &path).await.unwrap();
+    assert_eq!(asked.len(), 1);
+    let r = tokio::time::timeout(Duration::from_millis(500), next.revoke_requested()).await;
+    assert!(r.is_err(), "a guard made without with_revocable was told");
+    next.release().await.unwrap();
+    close(holder_s).await;
+    close(waiter_s).await;
+    close(revoker_s).await;
+}
+
+/// Given a Curator holder that made its lock revocable, when we ask it to let go, then it is
+/// asked Curator's way (`__REVOKE__` in its node), it releases, and our waiter takes the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn we_ask_a_revocable_curator_holder_curators_way() {
+    tokio::task::spawn_blocking(build_java)
+        .await
+        .expect("javac");
+    let cs = shared_server().connect_string();
+    let path = format!("{}/mutex", unique_root("revoke-curator"));
+    let (mut holder, node) = tokio::task::spawn_blocking({
+        let (cs, path) = (cs.clone(), path.clone());
+        move || {
+            let mut p = Peer::curator("curator-revocable", &["revocable", &cs, &path, "cr"]);
+            p.wait_ready(BOUND);
+            let node = p.wait_acquired(BOUND).expect("Curator reports its node");
+            (p, node)
+        }
+    })
+    .await
+    .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &path).unwrap();
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    wait_contenders(&lock, 2, "our waiter queued").await;
+    let asked = zk_recipes::revoke(&s, &path, &node).await.unwrap();
+    assert!(
+        matches!(asked, zk_recipes::Revocation::CuratorMark { .. }),
+        "{asked:?}"
+    );
+    let told = tokio::task::spawn_blocking(move || {
+        let told = holder.wait_for(BOUND, |l| {
+            matches!(l, InteropLine::Revoked | InteropLine::Err(_))
+        });
+        (holder, told)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        told.1,
+        Some(InteropLine::Revoked),
+        "the Curator holder was not asked"
+    );
+    let guard = within("our grant after Curator let go", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    told.0.finish(BOUND).assert_ok();
+    guard.release().await.unwrap();
     close(s).await;
 }

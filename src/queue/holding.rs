@@ -29,6 +29,9 @@ pub(crate) struct Holding {
     epoch_token: CancellationToken,
     epoch_reason: Arc<Mutex<Option<LossReason>>>,
     stop_monitor: CancellationToken,
+    /// Cancelled when another process asks us to let go (a revocable guard, see
+    /// [`Holding::revocable`]); never for the others.
+    revoke: CancellationToken,
     monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
     /// Closed (true) once our release is queued: no own-node watch is set after that.
     gate: Arc<Mutex<bool>>,
@@ -167,6 +170,7 @@ impl Holding {
             lost,
             reason,
             stop_monitor,
+            revoke: CancellationToken::new(),
             monitor: Some(monitor),
             gate,
             released: false,
@@ -193,6 +197,65 @@ impl Holding {
     pub(crate) fn with_shared_path(mut self) -> Holding {
         self.verify_czxid = true;
         self
+    }
+
+    /// Makes the guard revocable: watch for a revocation request, the node
+    /// `<dir>/revoke-<our protection id>` (see `crate::recipes::revoke`), and cancel the
+    /// revoke token when it appears. One `exists` watch more per grant; when the guard ends
+    /// after a request, the request node is deleted. The watch on a request that never comes
+    /// stays on the server until the session ends (ZooKeeper fires or drops it then).
+    pub(crate) fn revocable(self, on: bool) -> Holding {
+        let (Some(protection), true) = (self.name.protection.clone(), on) else {
+            return self;
+        };
+        let request =
+            crate::recipes::revoke::request_path(crate::path::parent(&self.path), &protection);
+        let epoch = self.epoch.clone();
+        let stop = self.stop_monitor.clone();
+        let revoke = self.revoke.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(20);
+            loop {
+                let Some(live) = epoch.upgrade() else { return };
+                let armed = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    armed = live.check_and_watch_stat(&request) => armed,
+                };
+                drop(live);
+                match armed {
+                    Ok((Some(_), _)) => break,
+                    Ok((None, watcher)) => {
+                        let event = tokio::select! {
+                            _ = stop.cancelled() => return,
+                            event = watcher.changed() => event,
+                        };
+                        match event.event_type {
+                            zk::EventType::NodeCreated => break,
+                            zk::EventType::Session => return,
+                            _ => continue,
+                        }
+                    }
+                    Err(_) => {
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                }
+            }
+            revoke.cancel();
+            // Asked: once the guard ends, take the request away.
+            stop.cancelled().await;
+            if let Some(live) = epoch.upgrade() {
+                let _ = live.delete(&request, None).await;
+            }
+        });
+        self
+    }
+
+    pub(crate) fn revoke_token(&self) -> &CancellationToken {
+        &self.revoke
     }
 
     /// The node's czxid is claimed in the session: unclaim it once the node is gone.

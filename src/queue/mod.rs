@@ -183,6 +183,8 @@ pub(crate) struct QueueSpec {
     pub(crate) data: Vec<u8>,
     pub(crate) acls: Vec<zk::Acl>,
     pub(crate) requeue_on_expiry: bool,
+    /// Whether a grant watches for revocation requests (see `Holding::revocable`).
+    pub(crate) revocable: bool,
 }
 
 /// Node kinds that take part in a lock directory (Curator and kazoo locks, read/write nodes).
@@ -238,6 +240,7 @@ pub(crate) fn default_spec(
         data: Vec::new(),
         acls: zk::Acls::anyone_all().to_vec(),
         requeue_on_expiry: true,
+        revocable: false,
     })
 }
 
@@ -264,6 +267,14 @@ macro_rules! queue_options {
             /// (default `true`); with `false` it fails with `Error::SessionExpired`.
             pub fn with_requeue_on_expiry(mut self, requeue: bool) -> Self {
                 std::sync::Arc::make_mut(&mut self.spec).requeue_on_expiry = requeue;
+                self
+            }
+
+            /// Whether a holder can be asked to let go by another process (default `false`):
+            /// its guard's `revoke_requested()` resolves on a request made with
+            /// [`revoke`](crate::revoke). Costs one `exists` watch per grant.
+            pub fn with_revocable(mut self, revocable: bool) -> Self {
+                std::sync::Arc::make_mut(&mut self.spec).revocable = revocable;
                 self
             }
         }

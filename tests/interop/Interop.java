@@ -13,6 +13,9 @@
 //   latch     CONNECT PATH ID HOLD_MS [ITERATIONS]          LeaderLatch(client, PATH, ID): await, hold, close
 //   hold      CONNECT PATH [ID]                             InterProcessMutex, held until stdin reaches EOF
 //   semaphore CONNECT PATH PERMITS ITERATIONS HOLD_MS [ID]  InterProcessSemaphoreV2, one lease at a time
+//   revocable CONNECT PATH [ID]                        InterProcessMutex.makeRevocable: held until a
+//                                                      revocation request (prints REVOKED) or stdin EOF
+//   revoke    CONNECT NODE_PATH                        Revoker.attemptRevoke(NODE_PATH): prints REVOKE-SENT
 // ID defaults to "curator-<pid>".
 //
 // Output: one line per event on stdout, flushed at once:
@@ -43,6 +46,9 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.locks.RevocationListener;
+import org.apache.curator.framework.recipes.locks.Revoker;
+import java.util.concurrent.CountDownLatch;
 import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
@@ -200,6 +206,35 @@ public class Interop {
                     waitStdinEof();
                     endHold();
                     m.release();
+                    break;
+                }
+                case "revocable": {
+                    String id = optArg(a, 3, defaultId());
+                    InterProcessMutex m = new InterProcessMutex(c, path);
+                    CountDownLatch asked = new CountDownLatch(1);
+                    // Curator calls the listener on its own thread; the owning thread releases.
+                    m.makeRevocable(new RevocationListener<InterProcessMutex>() {
+                        @Override public void revocationRequested(InterProcessMutex forLock) { asked.countDown(); }
+                    });
+                    out("REQ " + now() + " lock " + id);
+                    m.acquire();
+                    beginHold("lock", id);
+                    out("ACQ " + now() + " lock " + id + " " + lockNode(m));
+                    Thread eof = new Thread(() -> {
+                        try { waitStdinEof(); } catch (Exception ignored) {}
+                        asked.countDown();
+                    });
+                    eof.setDaemon(true);
+                    eof.start();
+                    asked.await();
+                    out("REVOKED");
+                    endHold();
+                    m.release();
+                    break;
+                }
+                case "revoke": {
+                    Revoker.attemptRevoke(c, path);
+                    out("REVOKE-SENT");
                     break;
                 }
                 case "latch": {

@@ -404,6 +404,10 @@ pub enum InteropLine {
     Err(String),
     /// `DONE`.
     Done,
+    /// `REVOKED`: a revocable Curator holder was asked to let go (it releases next).
+    Revoked,
+    /// `REVOKE-SENT`: Curator's `Revoker.attemptRevoke` wrote its request.
+    RevokeSent,
     /// `NODE <name> <owner> <data>` (kazoo_interop.py `list` mode).
     Node { name: String, rest: String },
 }
@@ -416,6 +420,8 @@ pub fn parse_interop_line(line: &str) -> Option<InteropLine> {
     match tag {
         "READY" => Some(InteropLine::Ready),
         "DONE" => Some(InteropLine::Done),
+        "REVOKED" => Some(InteropLine::Revoked),
+        "REVOKE-SENT" => Some(InteropLine::RevokeSent),
         "ERR" => Some(InteropLine::Err(
             line.get(3..).unwrap_or("").trim().to_string(),
         )),
@@ -507,6 +513,7 @@ impl LineCollector {
         match parse_interop_line(line) {
             Some(InteropLine::Ready) => self.ready = true,
             Some(InteropLine::Done) => self.done = true,
+            Some(InteropLine::Revoked | InteropLine::RevokeSent) => {}
             Some(InteropLine::Err(m)) => self.errors.push(m),
             Some(InteropLine::Req { ns, id, .. }) => {
                 self.queued.retain(|(q, _)| *q != id);

@@ -1,0 +1,163 @@
+//! Cooperative revocation: another process asks a holder to let go.
+//!
+//! # Znode layout
+//!
+//! ```text
+//! <path>/_c_<id>-lock-0000000007     the holder (ours: only its creator may write it)
+//! <path>/revoke-<id>                 EPHEMERAL, made by the revoker: "please let go"
+//! ```
+//!
+//! # Algorithm
+//!
+//! A revocable guard (`with_revocable(true)` on the queue recipes) watches, besides its own
+//! node, for a request node named after its node's protection id; when it appears,
+//! [`LockGuard::revoke_requested`](crate::LockGuard::revoke_requested) resolves. Letting go
+//! stays the holder's decision: a request is never a release, and nothing is handed on until
+//! the holder releases. The request node is ephemeral, so it goes with the revoker's session,
+//! and the holder deletes it when its guard ends.
+//!
+//! Our contender nodes accept writes from their creator only (that is what makes a foreign
+//! write unable to hand the lock on), so the request cannot be Curator's convention of writing
+//! `__REVOKE__` into the holder's node: Curator's `Revoker.attemptRevoke` fails on our nodes
+//! with `NoAuth`. The other way round works: [`revoke`] asks a Curator holder (any node that is
+//! not ours) Curator's way, by writing `__REVOKE__` into its node, which a Curator lock made
+//! revocable (`makeRevocable`) acts on. Request names (`revoke-…`) contain none of the markers
+//! Curator, kazoo or we look for (`lock-`, `__READ__`, `latch-`, ...): no recipe takes a
+//! request for a contender; Curator sorts it after every sequence number, where it blocks no
+//! one.
+
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+use crate::path::{join, validate_path, NodeName};
+use crate::queue::list_contenders;
+use crate::session::Session;
+use crate::Role;
+
+/// What Curator's `Revoker` writes into a holder's node.
+const CURATOR_REVOKE: &[u8] = b"__REVOKE__";
+
+/// The request node that asks the holder with protection id `protection` in `dir` to let go.
+pub(crate) fn request_path(dir: &str, protection: &str) -> String {
+    join(dir, &format!("revoke-{protection}"))
+}
+
+/// How a holder was asked to let go.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revocation {
+    /// One of ours: the request node was created (or was there already). It is ephemeral in
+    /// the revoker's session: keep the session open until the holder has let go.
+    Requested {
+        /// The holder's node.
+        node: String,
+        /// The request node.
+        request: String,
+    },
+    /// Someone else's node (Curator's): `__REVOKE__` was written into it, Curator's way. A
+    /// Curator lock acts on it only if it was made revocable.
+    CuratorMark {
+        /// The holder's node.
+        node: String,
+    },
+}
+
+impl Revocation {
+    /// The full path of the holder's node.
+    pub fn node(&self) -> &str {
+        match self {
+            Revocation::Requested { node, .. } | Revocation::CuratorMark { node } => node,
+        }
+    }
+}
+
+/// Asks the contender `node` (a child name of `path`) to let go of what it holds.
+///
+/// # Errors
+///
+/// * [`Error::InvalidPath`] or [`Error::InvalidArgument`] (not a contender name); nothing is
+///   sent.
+/// * [`Error::ZooKeeper`] with `NoNode` if there is no such node.
+/// * [`Error::NoAuth`] if this session may not create the request (or write a Curator node).
+///
+/// # Cancel safety
+///
+/// The request may or may not have been made if the future is dropped.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f(session: zk_recipes::Session) -> zk_recipes::Result<()> {
+/// use zk_recipes::{revoke, FairLock};
+///
+/// // The holder side: a revocable lock, and a task that lets go when asked.
+/// let guard = FairLock::new(&session, "/jobs/report")?.with_revocable(true).lock().await?;
+/// tokio::select! {
+///     _ = guard.revoke_requested() => println!("asked to let go"),
+///     _ = guard.lost() => println!("lost"),
+/// }
+/// let node = guard.path().rsplit('/').next().unwrap().to_string();
+/// guard.release().await?;
+/// // Another process: ask whoever holds that node.
+/// revoke(&session, "/jobs/report", &node).await?;
+/// # Ok(()) }
+/// ```
+pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocation> {
+    validate_path(path)?;
+    let name = NodeName::parse(node)
+        .ok_or_else(|| Error::InvalidArgument(format!("{node:?} is not a contender node name")))?;
+    let node_path = join(path, node);
+    let epoch = session.epoch().await?;
+    match epoch.check_stat(&node_path).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(Error::zk("exists", &node_path, zk::Error::NoNode)),
+        Err(err) => return Err(Error::zk("exists", &node_path, err)),
+    }
+    match (name.is_owner_write_only(), name.protection.as_deref()) {
+        (true, Some(protection)) => {
+            let request = request_path(path, protection);
+            let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+            match epoch.create(&request, b"", &options).await {
+                Ok(_) | Err(zk::Error::NodeExists) => Ok(Revocation::Requested {
+                    node: node_path,
+                    request,
+                }),
+                Err(err) => Err(Error::zk("create", &request, err)),
+            }
+        }
+        _ => match epoch.set_data(&node_path, CURATOR_REVOKE, None).await {
+            Ok(_) => Ok(Revocation::CuratorMark { node: node_path }),
+            Err(err) => Err(Error::zk("set_data", &node_path, err)),
+        },
+    }
+}
+
+/// Asks every current holder of `path` (by the queue's rules, see
+/// [`roles`](crate::roles)) to let go; an empty list if nobody holds it.
+///
+/// # Errors
+///
+/// As [`list_contenders`](crate::list_contenders) and [`revoke`]; a holder that has left
+/// meanwhile is skipped.
+///
+/// # Cancel safety
+///
+/// As [`revoke`].
+pub async fn revoke_holders(session: &Session, path: &str) -> Result<Vec<Revocation>> {
+    let mut asked = Vec::new();
+    for holder in list_contenders(session, path)
+        .await?
+        .into_iter()
+        .filter(|c| c.role == Role::Holder)
+    {
+        match revoke(session, path, &holder.node.name).await {
+            Ok(r) => asked.push(r),
+            Err(Error::ZooKeeper {
+                source: zk::Error::NoNode,
+                ..
+            }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(asked)
+}
