@@ -115,6 +115,12 @@ impl MultiLock {
         self.map(|l| l.with_acls(acls))
     }
 
+    /// Whether each lock can be asked to let go (see [`FairLock::with_revocable`]); the set's
+    /// [`MultiGuard::revoke_requested`] resolves on a request for any of them.
+    pub fn with_revocable(self, revocable: bool) -> Self {
+        self.map(|l| l.with_revocable(revocable))
+    }
+
     fn map(self, f: impl Fn(FairLock) -> FairLock) -> Self {
         MultiLock {
             locks: self.locks.into_iter().map(f).collect(),
@@ -242,6 +248,19 @@ impl MultiGuard {
     /// Resolves when any of the locks is lost. Cancel safe; may be called often.
     pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let each: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
+        async move {
+            select_all(each).await;
+        }
+    }
+
+    /// Resolves when another process asks to revoke any of the locks (see
+    /// [`LockGuard::revoke_requested`]). Cancel safe.
+    pub fn revoke_requested(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let each: Vec<_> = self
+            .guards
+            .iter()
+            .map(|g| Box::pin(g.revoke_requested()))
+            .collect();
         async move {
             select_all(each).await;
         }

@@ -199,6 +199,23 @@ pub enum Command {
     Holders(HoldersArgs),
     /// Run a private ZooKeeper server in the foreground and print its connect string
     Server(ServerArgs),
+    /// Ask the holders of PATH (or one contender, --node) to let go, and wait until they have
+    Revoke(RevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    /// The lock, semaphore or election path
+    pub path: String,
+
+    /// Ask this contender (a node name under PATH, as `zkr holders` shows it) instead of every
+    /// holder
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// Give up (exit 75) if they have not let go within DUR
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
+    pub timeout: Duration,
 }
 
 /// How to wait for a lock, and how to stop CMD when it is lost.
@@ -216,6 +233,11 @@ pub struct WaitArgs {
     /// stopped: the lock was lost, or zkr got SIGTERM, SIGINT, SIGHUP or SIGQUIT
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub grace: Duration,
+
+    /// Let another process ask us to let go (`zkr revoke`): CMD then gets SIGTERM (SIGKILL
+    /// after the grace), and the lock is released when it ends. Not with --simple
+    #[arg(long)]
+    pub revocable: bool,
 }
 
 #[derive(Debug, Args)]
@@ -276,6 +298,11 @@ pub struct ElectArgs {
     /// stopped: leadership was lost, or zkr got SIGTERM, SIGINT, SIGHUP or SIGQUIT
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub grace: Duration,
+
+    /// Let another process ask the leader to resign (`zkr revoke`): CMD then gets SIGTERM
+    /// (SIGKILL after the grace), and leadership is given up when it ends
+    #[arg(long)]
+    pub revocable: bool,
 
     /// The command to run while leader
     #[arg(last = true, required = true, value_name = "CMD")]

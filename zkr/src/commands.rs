@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use zk_recipes::{
     validate_path, Election, Error, ExclusiveLock, FairLock, LockGuard, MultiLock, NodeKind,
-    RwLock, Semaphore, Session, SessionBuilder,
+    Revocation, RwLock, Semaphore, Session, SessionBuilder,
 };
 
-use crate::cli::{AclArg, Cli, Command, ElectArgs, Global, LockArgs, RwArgs, WaitArgs};
+use crate::cli::{AclArg, Cli, Command, ElectArgs, Global, LockArgs, RevokeArgs, RwArgs, WaitArgs};
 use crate::duration::human;
 use crate::run::{self, Held, RunSpec};
 use crate::show::{self, own_identity};
@@ -32,6 +32,12 @@ pub async fn run(cli: Cli) -> Outcome {
         for path in &a.paths {
             validate_path(path).map_err(|e| Fail::from_error("", e))?;
         }
+        if a.simple && a.wait.revocable {
+            return Err(Fail::new(
+                EXIT_USAGE,
+                "the simple lock cannot be revoked: --revocable takes a fair lock or a semaphore",
+            ));
+        }
         if a.paths.len() > 1 && (a.simple || a.permits.is_some()) {
             return Err(Fail::new(
                 EXIT_USAGE,
@@ -45,6 +51,7 @@ pub async fn run(cli: Cli) -> Outcome {
         Command::Elect(a) => &a.path,
         Command::Leader(a) => &a.path,
         Command::Holders(a) => &a.path,
+        Command::Revoke(a) => &a.path,
         Command::Server(_) => unreachable!("zkr server runs without a session"),
     };
     validate_path(path).map_err(|e| Fail::from_error("", e))?;
@@ -52,6 +59,7 @@ pub async fn run(cli: Cli) -> Outcome {
     let outcome = match &cli.command {
         Command::Lock(a) => lock(&session, &cli.global, a, &mut signals).await,
         Command::Holders(a) => show::holders(&session, a).await,
+        Command::Revoke(a) => revoke(&session, a, &mut signals).await,
         Command::Read(a) => rw(&session, &cli.global, a, false, &mut signals).await,
         Command::Write(a) => rw(&session, &cli.global, a, true, &mut signals).await,
         Command::Elect(a) => elect(&session, &cli.global, a, &mut signals).await,
@@ -441,7 +449,8 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
         let sem = Semaphore::new(session, path, permits)
             .map_err(bad)?
             .with_data(identity.into_bytes())
-            .with_acls(&acls(g)?);
+            .with_acls(&acls(g)?)
+            .with_revocable(a.wait.revocable);
         let progress = Progress::queue(session, path, LEASE_KINDS, Some(permits));
         let future = acquire_future!(mode, sem, acquire, try_acquire, acquire_timeout);
         (future, progress)
@@ -449,7 +458,8 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
         let mut lock = FairLock::new(session, path)
             .map_err(bad)?
             .with_data(identity.into_bytes())
-            .with_acls(&acls(g)?);
+            .with_acls(&acls(g)?)
+            .with_revocable(a.wait.revocable);
         if let Some(layout) = a.layout {
             lock = lock.with_layout(layout);
         }
@@ -478,7 +488,8 @@ async fn multi_lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut S
     let mut locks = MultiLock::new(session, &a.paths)
         .map_err(bad)?
         .with_data(own_identity().into_bytes())
-        .with_acls(&acls(g)?);
+        .with_acls(&acls(g)?)
+        .with_revocable(a.wait.revocable);
     if let Some(layout) = a.layout {
         locks = locks.with_layout(layout);
     }
@@ -500,6 +511,62 @@ async fn multi_lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut S
     run::run(Held::multi(held, "the locks"), spec, signals).await
 }
 
+/// `zkr revoke PATH [--node NAME] [--timeout DUR]`: asks the holders (or one contender) to
+/// let go, then waits until their nodes are gone. Our request nodes are ephemeral in this
+/// session, so they go when zkr exits.
+async fn revoke(session: &Session, a: &RevokeArgs, signals: &mut Signals) -> Outcome {
+    let path = a.path.as_str();
+    let asked = match &a.node {
+        Some(node) => vec![zk_recipes::revoke(session, path, node)
+            .await
+            .map_err(|e| Fail::from_error(&format!("cannot revoke {node} of {path}"), e))?],
+        None => zk_recipes::revoke_holders(session, path)
+            .await
+            .map_err(|e| Fail::from_error(&format!("cannot revoke the holders of {path}"), e))?,
+    };
+    if asked.is_empty() {
+        eprintln!("zkr: nobody holds {path}; nothing to revoke");
+        return Ok(0);
+    }
+    for r in &asked {
+        let how = match r {
+            Revocation::CuratorMark { .. } => " (Curator's way: __REVOKE__ in its node)",
+            _ => "",
+        };
+        eprintln!("zkr: asked {} to let go{how}", r.node());
+    }
+    let deadline = Instant::now() + a.timeout;
+    loop {
+        let mut left = Vec::new();
+        for r in &asked {
+            match session.read(r.node()).await {
+                Ok(None) => {}
+                Ok(Some(_)) | Err(_) => left.push(r.node()),
+            }
+        }
+        if left.is_empty() {
+            eprintln!("zkr: {path}: every holder asked has let go");
+            return Ok(0);
+        }
+        if Instant::now() >= deadline {
+            return Err(Fail::new(
+                EXIT_NOT_ACQUIRED,
+                format!(
+                    "{} did not let go within {} (a holder that is not revocable ignores the request)",
+                    left.join(", "),
+                    human(a.timeout)
+                ),
+            ));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            sig = signals.recv_stop() => {
+                return Err(Fail::new(128 + sig, format!("{} while waiting for {path} to be let go", signals::name(sig))));
+            }
+        }
+    }
+}
+
 /// `zkr read|write PATH [--timeout DUR | --try] [--layout L] -- CMD`.
 async fn rw(
     session: &Session,
@@ -512,7 +579,8 @@ async fn rw(
     let mut lock = RwLock::new(session, path)
         .map_err(|e| Fail::from_error("", e))?
         .with_data(own_identity().into_bytes())
-        .with_acls(&acls(g)?);
+        .with_acls(&acls(g)?)
+        .with_revocable(a.wait.revocable);
     if let Some(layout) = a.layout {
         lock = lock.with_layout(layout);
     }
@@ -551,7 +619,8 @@ async fn elect(session: &Session, g: &Global, a: &ElectArgs, signals: &mut Signa
     let path = a.path.as_str();
     let election = Election::new(session, path, a.id.clone())
         .map_err(|e| Fail::from_error("", e))?
-        .with_acls(&acls(g)?);
+        .with_acls(&acls(g)?)
+        .with_revocable(a.revocable);
     let progress = Progress::election(session, path);
     let future = Box::pin(async move { election.campaign().await });
     let result = wait::acquire(future, &progress, signals, false).await;

@@ -101,6 +101,15 @@ impl Held {
             .map_or_else(|| "lost".to_string(), |r| r.to_string())
     }
 
+    async fn revoke_requested(&self) {
+        let each: Vec<_> = self
+            .guards
+            .iter()
+            .map(|g| Box::pin(g.revoke_requested()))
+            .collect();
+        futures::future::select_all(each).await;
+    }
+
     async fn lost(&self) {
         let each: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
         futures::future::select_all(each).await;
@@ -366,6 +375,7 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
         Continued,
         Session(Option<SessionEvent>),
         Report(Report),
+        Revoke,
     }
     let mut stopping = false;
     let loss = loop {
@@ -377,6 +387,7 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
             _ = cont.recv() => Event::Continued,
             e = events.recv() => Event::Session(e.ok()),
             report = cmd.next() => Event::Report(report),
+            _ = held.revoke_requested(), if !stopping => Event::Revoke,
         };
         // Whatever woke us, look at the clock first: after a pause the timer that should
         // have fired first may not have been processed yet.
@@ -394,6 +405,14 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
                 tracing::warn!("reconnected to ZooKeeper, same session: {what} on {path} is kept")
             }
             Event::Session(_) => {}
+            Event::Revoke => {
+                eprintln!(
+                    "zkr: asked to let go of {what} on {path} (zkr revoke): sent SIGTERM to CMD, SIGKILL in {}; released when it ends",
+                    human(spec.grace)
+                );
+                stopping = true;
+                cmd.stop(signals::SIGTERM);
+            }
             Event::Signal(sig) if is_stop(sig) => {
                 if !stopping {
                     eprintln!(

@@ -408,6 +408,93 @@ echo "start $ZK_FENCING_TOKEN" >> "$LOG"; sleep 0.05; echo "end $ZK_FENCING_TOKE
 }
 
 #[test]
+fn revoke_stops_a_revocable_holders_cmd_and_waits_until_it_lets_go() {
+    let root = unique_root("zkr-revoke");
+    let (revocable, plain) = (format!("{root}/revocable"), format!("{root}/plain"));
+    let (_dir, log) = log_file();
+    let script = r#"trap 'echo "term $ZK_FENCING_TOKEN" >> "$LOG"; exit 0' TERM; echo "start $ZK_FENCING_TOKEN" >> "$LOG"; sleep 30 & wait"#;
+    // Given a revocable holder running CMD, and a holder that is not revocable
+    let mut c = zkr(
+        &direct(),
+        &["lock", &revocable, "--revocable", "--", "sh", "-c", script],
+    );
+    c.env("LOG", &log);
+    let mut holder = Proc::spawn("revocable holder", c);
+    wait_for_line(&log, "start ", Duration::from_secs(20));
+    let (_dir2, log2) = log_file();
+    let mut c = zkr(&direct(), &["lock", &plain, "--", "sh", "-c", script]);
+    c.env("LOG", &log2);
+    let mut plain_holder = Proc::spawn("plain holder", c);
+    wait_for_line(&log2, "start ", Duration::from_secs(20));
+
+    // When `zkr revoke` asks the revocable one, then CMD gets SIGTERM, zkr releases and exits
+    // with CMD's status, and `zkr revoke` returns 0 once the node is gone
+    let done = run(
+        "revoke",
+        zkr(&direct(), &["revoke", &revocable, "--timeout", "20s"]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(done.code, 0, "zkr revoke: {}", done.stderr);
+    assert!(done.stderr.contains("asked "), "{}", done.stderr);
+    let code = holder.wait(Duration::from_secs(20));
+    assert_eq!(
+        code,
+        0,
+        "the revoked holder exited {code}: {}",
+        holder.stderr()
+    );
+    assert!(
+        holder.stderr().contains("asked to let go"),
+        "{}",
+        holder.stderr()
+    );
+    wait_for_line(&log, "term ", Duration::from_secs(5));
+    assert_eq!(
+        children(&revocable),
+        Vec::<String>::new(),
+        "a node (or the request) is left"
+    );
+
+    // And the holder that is not revocable ignores it: revoke gives up with 75
+    let done = run(
+        "revoke plain",
+        zkr(&direct(), &["revoke", &plain, "--timeout", "1s"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        done.code, 75,
+        "zkr revoke of a plain holder: {}",
+        done.stderr
+    );
+    assert!(
+        plain_holder.try_status().is_none(),
+        "the plain holder stopped"
+    );
+    assert!(
+        read_lines(&log2).iter().all(|l| !l.starts_with("term")),
+        "the plain CMD got SIGTERM"
+    );
+    plain_holder.signal(Signal::SIGTERM);
+    // (its CMD traps SIGTERM and exits 0, which zkr passes on)
+    assert_eq!(plain_holder.wait(Duration::from_secs(20)), 0);
+
+    // And nobody holding is no error
+    let done = run(
+        "revoke free",
+        zkr(&direct(), &["revoke", &revocable]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    // And --revocable with --simple is a usage error
+    let done = run(
+        "simple revocable",
+        zkr_bare(&["lock", &plain, "--simple", "--revocable", "--", "true"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(done.code, 2, "{}", done.stderr);
+}
+
+#[test]
 fn try_on_a_held_lock_exits_75_at_once_and_sigterm_reaches_cmd() {
     let path = format!("{}/job", unique_root("zkr-try"));
     let (_dir, log) = log_file();
