@@ -137,7 +137,7 @@ pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocat
 ///
 /// # Errors
 ///
-/// As [`list_contenders`](crate::list_contenders) and [`revoke`]; a holder that has left
+/// As [`list_contenders`] and [`revoke`]; a holder that has left
 /// meanwhile is skipped.
 ///
 /// # Cancel safety
