@@ -470,14 +470,7 @@ async fn lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut Signals
     let result = wait::acquire(future, &progress, signals, a.wait.try_lock).await;
     let note = busy_note(&result, &progress).await;
     let guard = acquired(result, path, Some(&a.wait), note)?;
-    let spec = RunSpec {
-        path: path.to_string(),
-        cmd: a.cmd.clone(),
-        grace: a.wait.grace,
-        session: session.clone(),
-        acquired_at: Instant::now(),
-        env: Vec::new(),
-    };
+    let spec = RunSpec::new(path.to_string(), &a.cmd, a.wait.grace, session);
     run::run(Held::new(guard, "the lock"), spec, signals).await
 }
 
@@ -500,14 +493,7 @@ async fn multi_lock(session: &Session, g: &Global, a: &LockArgs, signals: &mut S
     let result = wait::acquire(future, &progress, signals, a.wait.try_lock).await;
     let note = busy_note(&result, &progress).await;
     let held = acquired(result, &described, Some(&a.wait), note)?;
-    let spec = RunSpec {
-        path: paths[0].clone(),
-        cmd: a.cmd.clone(),
-        grace: a.wait.grace,
-        session: session.clone(),
-        acquired_at: Instant::now(),
-        env: Vec::new(),
-    };
+    let spec = RunSpec::new(paths[0].clone(), &a.cmd, a.wait.grace, session);
     run::run(Held::multi(held, "the locks"), spec, signals).await
 }
 
@@ -603,14 +589,7 @@ async fn rw(
             "the read lock",
         )
     };
-    let spec = RunSpec {
-        path: path.to_string(),
-        cmd: a.cmd.clone(),
-        grace: a.wait.grace,
-        session: session.clone(),
-        acquired_at: Instant::now(),
-        env: Vec::new(),
-    };
+    let spec = RunSpec::new(path.to_string(), &a.cmd, a.wait.grace, session);
     run::run(held, spec, signals).await
 }
 
@@ -625,14 +604,8 @@ async fn elect(session: &Session, g: &Global, a: &ElectArgs, signals: &mut Signa
     let future = Box::pin(async move { election.campaign().await });
     let result = wait::acquire(future, &progress, signals, false).await;
     let leadership = acquired(result, path, None, String::new())?;
-    let spec = RunSpec {
-        path: path.to_string(),
-        cmd: a.cmd.clone(),
-        grace: a.grace,
-        session: session.clone(),
-        acquired_at: Instant::now(),
-        env: vec![("ZK_LEADER_ID".to_string(), a.id.clone())],
-    };
+    let mut spec = RunSpec::new(path.to_string(), &a.cmd, a.grace, session);
+    spec.env.push(("ZK_LEADER_ID".to_string(), a.id.clone()));
     run::run(Held::new(leadership, "leadership"), spec, signals).await
 }
 

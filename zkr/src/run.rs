@@ -142,6 +142,20 @@ pub struct RunSpec {
     pub env: Vec<(String, String)>,
 }
 
+impl RunSpec {
+    /// CMD under the lock on `path`, acquired just now, with no extra environment.
+    pub fn new(path: String, cmd: &[OsString], grace: Duration, session: &Session) -> RunSpec {
+        RunSpec {
+            path,
+            cmd: cmd.to_vec(),
+            grace,
+            session: session.clone(),
+            acquired_at: Instant::now(),
+            env: Vec::new(),
+        }
+    }
+}
+
 /// Why CMD is being stopped.
 enum Loss {
     Paused(Duration),
