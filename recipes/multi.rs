@@ -110,6 +110,12 @@ impl MultiLock {
         self.map(|l| l.with_data(data.clone()))
     }
 
+    /// Whether a waiter whose session expires re-queues by itself (see
+    /// [`FairLock::with_requeue_on_expiry`]).
+    pub fn with_requeue_on_expiry(self, requeue: bool) -> Self {
+        self.map(|l| l.with_requeue_on_expiry(requeue))
+    }
+
     /// The ACL of our nodes and of the parents we create (see [`FairLock::with_acls`]).
     pub fn with_acls(self, acls: &[zookeeper_client::Acl]) -> Self {
         self.map(|l| l.with_acls(acls))

@@ -5,7 +5,8 @@
 //! cargo run --features testing --bin chaos_child -- CONNECT RECIPE PATH ROUNDS HOLD_MS [SESSION_TIMEOUT_MS]
 //! ```
 //!
-//! `RECIPE` is `fair`, `sem` (2 permits), `read`, `write` or `elect`. The child takes the lock
+//! `RECIPE` is `fair`, `sem` (2 permits), `read`, `write`, `elect` or `multi` (`PATH/a` and
+//! `PATH/b`). The child takes the lock
 //! `ROUNDS` times and holds it `HOLD_MS` each time, unless it is told it lost it. It prints the
 //! line protocol of `tests/interop/Interop.java` on stdout, one flushed line per event, with
 //! CLOCK_MONOTONIC nanosecond timestamps ([`zk_recipes::testing::monotonic_nanos`]):
@@ -29,7 +30,11 @@ use std::io::Write;
 use std::time::Duration;
 
 use zk_recipes::testing::monotonic_nanos;
-use zk_recipes::{Election, ExclusiveLock, FairLock, RwLock, Semaphore, Session};
+use zk_recipes::{Election, ExclusiveLock, FairLock, MultiLock, RwLock, Semaphore, Session};
+
+#[path = "../support/held.rs"]
+mod held;
+use held::Held;
 
 /// Permits of the `sem` recipe (the chaos suite uses the same number).
 const PERMITS: usize = 2;
@@ -89,6 +94,7 @@ enum Handle {
     Read(RwLock),
     Write(RwLock),
     Elect(Election),
+    Multi(MultiLock),
 }
 
 impl Handle {
@@ -102,9 +108,13 @@ impl Handle {
             "read" => Handle::Read(RwLock::new(session, path)?.with_data(id)),
             "write" => Handle::Write(RwLock::new(session, path)?.with_data(id)),
             "elect" => Handle::Elect(Election::new(session, path, id)?),
+            // The chaos suite's multi-lock run: `PATH/a` and `PATH/b`, named in reverse.
+            "multi" => Handle::Multi(
+                MultiLock::new(session, [format!("{path}/b"), format!("{path}/a")])?.with_data(id),
+            ),
             other => {
                 return Err(zk_recipes::Error::InvalidArgument(format!(
-                    "unknown recipe {other:?}: use simple, fair, sem, read, write or elect"
+                    "unknown recipe {other:?}: use simple, fair, sem, read, write, elect or multi"
                 )))
             }
         })
@@ -113,7 +123,7 @@ impl Handle {
     /// The kind word of the line protocol.
     fn kind(&self) -> &'static str {
         match self {
-            Handle::Simple(_) | Handle::Fair(_) => "lock",
+            Handle::Simple(_) | Handle::Fair(_) | Handle::Multi(_) => "lock",
             Handle::Sem(_) => "sem",
             Handle::Read(_) => "read",
             Handle::Write(_) => "write",
@@ -125,19 +135,27 @@ impl Handle {
     fn writes(&self) -> bool {
         matches!(
             self,
-            Handle::Simple(_) | Handle::Fair(_) | Handle::Write(_) | Handle::Elect(_)
+            Handle::Simple(_)
+                | Handle::Fair(_)
+                | Handle::Write(_)
+                | Handle::Elect(_)
+                | Handle::Multi(_)
         )
     }
 
-    async fn acquire(&self) -> zk_recipes::Result<zk_recipes::LockGuard> {
-        Ok(match self {
+    async fn acquire(&self) -> zk_recipes::Result<Held> {
+        if let Handle::Multi(m) = self {
+            return Ok(Held::many(m.lock().await?.into_guards()));
+        }
+        Ok(Held::one(match self {
             Handle::Simple(l) => l.lock().await?,
             Handle::Fair(l) => l.lock().await?,
             Handle::Sem(s) => s.acquire().await?,
             Handle::Read(l) => l.read().await?.into(),
             Handle::Write(l) => l.write().await?.into(),
             Handle::Elect(e) => e.campaign().await?.into(),
-        })
+            Handle::Multi(_) => unreachable!("taken above"),
+        }))
     }
 }
 

@@ -17,8 +17,8 @@ use zk_recipes::zk;
 use crate::support::history::Kind;
 use crate::support::interop::Peer;
 use crate::workload::{
-    children, cycle, evaluate, Connect, Contender, Hold, Recipe, Release, Row, Run, Status, Window,
-    Write, CONTENDERS, HOLD, SESSION_TIMEOUT,
+    children, cycle, evaluate, lock_dirs, Connect, Contender, Hold, Recipe, Release, Row, Run,
+    Status, Window, Write, CONTENDERS, HOLD, SESSION_TIMEOUT,
 };
 
 /// How long the other contenders get to queue behind the victims before the fault.
@@ -304,7 +304,11 @@ impl Scenario {
             });
         }
         futures::future::join_all(closing).await;
-        let dirs: Vec<String> = self.sets.iter().map(|s| s.run.dir.clone()).collect();
+        let dirs: Vec<Vec<String>> = self
+            .sets
+            .iter()
+            .map(|s| lock_dirs(s.run.recipe, &s.run.dir))
+            .collect();
         let leaked = leftovers(&ctx.cluster, &dirs).await;
         let fault = describe(self.id);
         self.sets
@@ -335,17 +339,22 @@ async fn wait_holding(run: &Run, who: &str) {
 /// Polls `dirs` until they have no children, up to twice the session timeout plus a margin
 /// (a session the client could not close, e.g. across an ensemble restart, ends by expiry).
 /// Returns what is left in each.
-async fn leftovers(cluster: &ZooKeeperCluster, dirs: &[String]) -> Vec<Vec<String>> {
+async fn leftovers(cluster: &ZooKeeperCluster, dirs: &[Vec<String>]) -> Vec<Vec<String>> {
     let client = raw(cluster).await;
     let deadline = Instant::now() + SESSION_TIMEOUT * 2 + Duration::from_secs(5);
     loop {
         let _ = tokio::time::timeout(QUICK, client.sync("/")).await;
         let mut left = Vec::new();
-        for d in dirs {
-            let kids = tokio::time::timeout(QUICK, children(&client, d))
-                .await
-                .unwrap_or_else(|_| panic!("listing {d} timed out"))
-                .unwrap_or_else(|e| panic!("listing {d}: {e}"));
+        for set in dirs {
+            let mut kids = Vec::new();
+            for d in set {
+                kids.extend(
+                    tokio::time::timeout(QUICK, children(&client, d))
+                        .await
+                        .unwrap_or_else(|_| panic!("listing {d} timed out"))
+                        .unwrap_or_else(|e| panic!("listing {d}: {e}")),
+                );
+            }
             left.push(kids);
         }
         if left.iter().all(Vec::is_empty) || Instant::now() >= deadline {
@@ -777,11 +786,18 @@ async fn delete_lock_dir(ctx: &mut Ctx) -> Vec<Row> {
     sc.end(ctx).await
 }
 
-/// Deletes `dir` and its children (waiters may re-create children meanwhile: try again).
+/// Deletes `dir` and everything below it (waiters may re-create children meanwhile: try
+/// again).
 async fn delete_tree(client: &zk::Client, dir: &str) -> Result<(), String> {
     let mut last = String::new();
     for _ in 0..50 {
         let kids = children(client, dir).await.map_err(|e| e.to_string())?;
+        // A multi-lock's directory holds lock directories: empty those first.
+        for k in &kids {
+            if zk_recipes::NodeName::parse(k).is_none() && k != "lock" {
+                Box::pin(delete_tree(client, &format!("{dir}/{k}"))).await?;
+            }
+        }
         let deletes: Vec<_> = kids
             .iter()
             .map(|k| client.delete(&format!("{dir}/{k}"), None))

@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use zk_recipes::testing::{monotonic_nanos, FaultProxy};
-use zk_recipes::{zk, Election, Error, ExclusiveLock, FairLock, RwLock, Semaphore, Session};
+use zk_recipes::{
+    zk, Election, Error, ExclusiveLock, FairLock, MultiLock, RwLock, Semaphore, Session,
+};
 
 use crate::support::history::{check, check_semaphore, Event, Kind};
 
@@ -47,15 +49,18 @@ pub enum Recipe {
     Sem,
     Rw,
     Elect,
+    /// Two fair locks (`DIR/a`, `DIR/b`) taken together by a multi-lock.
+    Multi,
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 5] = [
+    pub const ALL: [Recipe; 6] = [
         Recipe::Simple,
         Recipe::Fair,
         Recipe::Sem,
         Recipe::Rw,
         Recipe::Elect,
+        Recipe::Multi,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,6 +70,7 @@ impl Recipe {
             Recipe::Sem => "semaphore",
             Recipe::Rw => "rw lock",
             Recipe::Elect => "election",
+            Recipe::Multi => "multi-lock",
         }
     }
 
@@ -76,6 +82,7 @@ impl Recipe {
             Recipe::Sem => "sem",
             Recipe::Rw => "rw",
             Recipe::Elect => "elect",
+            Recipe::Multi => "multi",
         }
     }
 
@@ -87,13 +94,14 @@ impl Recipe {
             Recipe::Sem => "sem",
             Recipe::Rw => "write",
             Recipe::Elect => "elect",
+            Recipe::Multi => "multi",
         }
     }
 
     /// What a hold of this recipe is, for the history checker.
     pub fn kind(self, write: bool) -> Kind {
         match self {
-            Recipe::Simple | Recipe::Fair => Kind::Exclusive,
+            Recipe::Simple | Recipe::Fair | Recipe::Multi => Kind::Exclusive,
             Recipe::Sem => Kind::Semaphore,
             Recipe::Rw if write => Kind::Write,
             Recipe::Rw => Kind::Read,
@@ -119,7 +127,18 @@ pub enum Handle {
     Sem(Semaphore),
     Rw(RwLock),
     Elect(Election),
+    Multi(MultiLock),
 }
+
+/// The lock directories of a run in `dir`: the multi-lock's two, else `dir` itself.
+pub fn lock_dirs(recipe: Recipe, dir: &str) -> Vec<String> {
+    match recipe {
+        Recipe::Multi => vec![format!("{dir}/a"), format!("{dir}/b")],
+        _ => vec![dir.to_string()],
+    }
+}
+
+pub use crate::support::held::Held;
 
 impl Handle {
     pub fn new(recipe: Recipe, session: &Session, dir: &str, who: &str, requeue: bool) -> Handle {
@@ -153,18 +172,29 @@ impl Handle {
                     .unwrap()
                     .with_requeue_on_expiry(requeue),
             ),
+            // Named in reverse: the multi-lock sorts them.
+            Recipe::Multi => Handle::Multi(
+                MultiLock::new(session, lock_dirs(recipe, dir).iter().rev())
+                    .unwrap()
+                    .with_data(who)
+                    .with_requeue_on_expiry(requeue),
+            ),
         }
     }
 
-    pub async fn acquire(&self, write: bool) -> zk_recipes::Result<zk_recipes::LockGuard> {
-        Ok(match self {
+    pub async fn acquire(&self, write: bool) -> zk_recipes::Result<Held> {
+        if let Handle::Multi(m) = self {
+            return Ok(Held::many(m.lock().await?.into_guards()));
+        }
+        Ok(Held::one(match self {
             Handle::Simple(l) => l.lock().await?,
             Handle::Fair(l) => l.lock().await?,
             Handle::Sem(s) => s.acquire().await?,
             Handle::Rw(l) if write => l.write().await?.into(),
             Handle::Rw(l) => l.read().await?.into(),
             Handle::Elect(e) => e.campaign().await?.into(),
-        })
+            Handle::Multi(_) => unreachable!("taken above"),
+        }))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Shared helpers for integration tests. Use with `mod support;` in a test file.
 //!
+//! * [`held`]: one guard or a multi-lock's guards, as the chaos suite holds them.
 //! * [`history`]: record who held what when, and check the history (mutual exclusion, fencing
 //!   tokens, FIFO order). Pure Rust, no ZooKeeper needed.
 //! * [`interop`]: run Apache Curator (`tests/interop/Interop.java`) and kazoo
@@ -10,6 +11,7 @@
 //! Not every test uses every item, hence the `dead_code`/`unused` allowances.
 #![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod held;
 pub mod history;
 pub mod interop;
 pub mod zk;
