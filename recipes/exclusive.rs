@@ -182,7 +182,7 @@ impl ExclusiveLock {
                 None => std::future::pending().await,
             }
         };
-        let mut made_parents = false;
+        let mut made_parents = 0;
         loop {
             let epoch = tokio::select! {
                 e = self.session.epoch() => e?,
@@ -210,9 +210,11 @@ impl ExclusiveLock {
                     Fixed::Ours(stat.czxid)
                 }
                 Err(zk::Error::NodeExists) => Fixed::Busy,
-                Err(zk::Error::NoNode) if !made_parents => {
+                // The parents are missing, or were deleted again meanwhile (an administrator
+                // removing the tree while we queue): make them again, a few times.
+                Err(zk::Error::NoNode) if made_parents < 5 => {
                     undo.disarm();
-                    made_parents = true;
+                    made_parents += 1;
                     let container = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
                     match epoch.create_parents(path, &container).await {
                         Ok(()) => continue,

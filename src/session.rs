@@ -884,22 +884,28 @@ impl Epoch {
         path: &str,
         options: &zk::CreateOptions<'_>,
     ) -> ZkResult<()> {
-        let mut missing = Vec::new();
-        let mut dir = crate::path::parent(path);
-        while dir != "/" {
-            match self.check_stat(dir).await? {
-                Some(_) => break,
-                None => missing.push(dir.to_string()),
+        // An ancestor found (or made) may be deleted by someone else before its child is
+        // made: look again. Only a top-level node's `NoNode` means the chroot is missing.
+        'again: for _ in 0..10 {
+            let mut missing = Vec::new();
+            let mut dir = crate::path::parent(path);
+            while dir != "/" {
+                match self.check_stat(dir).await? {
+                    Some(_) => break,
+                    None => missing.push(dir.to_string()),
+                }
+                dir = crate::path::parent(dir);
             }
-            dir = crate::path::parent(dir);
-        }
-        for dir in missing.iter().rev() {
-            match self.create(dir, &[], options).await {
-                Ok(_) | Err(zk::Error::NodeExists) => {}
-                Err(err) => return Err(err),
+            for dir in missing.iter().rev() {
+                match self.create(dir, &[], options).await {
+                    Ok(_) | Err(zk::Error::NodeExists) => {}
+                    Err(zk::Error::NoNode) if crate::path::parent(dir) != "/" => continue 'again,
+                    Err(err) => return Err(err),
+                }
             }
+            return Ok(());
         }
-        Ok(())
+        Err(zk::Error::NoNode)
     }
 }
 

@@ -58,8 +58,8 @@ fn emit(row: &Row) {
 
 fn table(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| fault | recipe | rounds | acquisitions | errors | lost holds | fenced writes | violations | hangs | leaked nodes | longest idle while waited |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| fault | recipe | rounds | acquisitions | errors | lost holds | fenced writes | guarded writes (refused) | violations | hangs | leaked nodes | longest idle while waited |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let errors = if r.errors == 0 {
@@ -68,7 +68,7 @@ fn table(rows: &[Row]) -> String {
             format!("{} ({})", r.errors, r.error_summary())
         };
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ms |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} ms |\n",
             r.fault,
             r.recipe,
             r.rounds,
@@ -76,6 +76,8 @@ fn table(rows: &[Row]) -> String {
             errors,
             r.losses,
             r.fenced,
+            r.guarded.0,
+            r.guarded.1,
             r.violations.len(),
             r.hangs.len(),
             r.leaked.len(),

@@ -684,8 +684,11 @@ async fn run_schedule(seed: u64) -> Outcome {
     let mut sessions = Vec::new();
     for _ in 0..plan.sessions {
         let proxy = FaultProxy::start(server().addr()).expect("start a fault proxy");
+        // A loaded machine (a soak of many schedules at once) may take more than a session
+        // timeout to connect; that is no finding.
         let session = Session::builder(proxy.addr().to_string())
             .with_session_timeout(SESSION_TIMEOUT)
+            .with_connect_timeout(Duration::from_secs(15))
             .connect()
             .await
             .unwrap_or_else(|e| panic!("seed {seed}: session connect: {e}"));

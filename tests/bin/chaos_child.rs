@@ -33,6 +33,7 @@ use zk_recipes::testing::monotonic_nanos;
 use zk_recipes::{Election, ExclusiveLock, FairLock, MultiLock, RwLock, Semaphore, Session};
 
 #[path = "../support/held.rs"]
+#[allow(dead_code)] // guarded writes are the suite's, not the victim's
 mod held;
 use held::Held;
 
@@ -145,7 +146,7 @@ impl Handle {
 
     async fn acquire(&self) -> zk_recipes::Result<Held> {
         if let Handle::Multi(m) = self {
-            return Ok(Held::many(m.lock().await?.into_guards()));
+            return Ok(Held::Many(m.lock().await?));
         }
         Ok(Held::one(match self {
             Handle::Simple(l) => l.lock().await?,

@@ -792,14 +792,14 @@ async fn delete_tree(client: &zk::Client, dir: &str) -> Result<(), String> {
     let mut last = String::new();
     for _ in 0..50 {
         let kids = children(client, dir).await.map_err(|e| e.to_string())?;
-        // A multi-lock's directory holds lock directories: empty those first.
-        for k in &kids {
-            if zk_recipes::NodeName::parse(k).is_none() && k != "lock" {
-                Box::pin(delete_tree(client, &format!("{dir}/{k}"))).await?;
-            }
+        // A multi-lock's directory holds lock directories: delete those as trees.
+        let nested = |k: &String| zk_recipes::NodeName::parse(k).is_none() && k != "lock";
+        for k in kids.iter().filter(|k| nested(k)) {
+            Box::pin(delete_tree(client, &format!("{dir}/{k}"))).await?;
         }
         let deletes: Vec<_> = kids
             .iter()
+            .filter(|k| !nested(k))
             .map(|k| client.delete(&format!("{dir}/{k}"), None))
             .collect();
         for d in deletes {

@@ -184,7 +184,7 @@ impl Handle {
 
     pub async fn acquire(&self, write: bool) -> zk_recipes::Result<Held> {
         if let Handle::Multi(m) = self {
-            return Ok(Held::many(m.lock().await?.into_guards()));
+            return Ok(Held::Many(m.lock().await?));
         }
         Ok(Held::one(match self {
             Handle::Simple(l) => l.lock().await?,
@@ -251,6 +251,10 @@ pub struct Journal {
     /// When a fault was under way (from its start to its end), whoever it hit.
     pub faults: Vec<(u64, u64)>,
     pub writes: Vec<Write>,
+    /// Guarded writes ZooKeeper applied: (the write's zxid, the writer's token, who).
+    pub guarded: Vec<(i64, i64, String)>,
+    /// Guarded writes refused because the lock was lost.
+    pub guarded_refused: usize,
     pub errors: Vec<(String, Error)>,
     pub hangs: Vec<String>,
     pub windows: Vec<Window>,
@@ -428,6 +432,19 @@ pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Relea
             path: held.path().to_string(),
         }),
     );
+    // Guarded writes (exclusive kinds): the token into a node of ZooKeeper's own, applied only
+    // while the lock is still ours; one at a time, polled beside the loss signal.
+    let guarded_node = format!("{}-guarded", run.dir);
+    let mut node_made = false;
+    let mut pending: Option<
+        std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = zk_recipes::Result<Vec<zk::MultiWriteResult>>>
+                    + Send
+                    + '_,
+            >,
+        >,
+    > = None;
     let write_now = |ns: u64| {
         if writer {
             run.journal().writes.push(Write {
@@ -457,9 +474,42 @@ pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Relea
             biased;
             _ = &mut lost => break true,
             _ = &mut until => break false,
-            _ = tick.tick() => write_now(monotonic_nanos()),
+            r = async { pending.as_mut().expect("polled only when set").await }, if pending.is_some() => {
+                pending = None;
+                match r {
+                    Ok(results) => {
+                        node_made = true;
+                        let zxid = results.iter().find_map(|r| match r {
+                            zk::MultiWriteResult::SetData { stat } => Some(stat.mzxid),
+                            zk::MultiWriteResult::Create { stat, .. } => Some(stat.mzxid),
+                            _ => None,
+                        });
+                        if let Some(zxid) = zxid {
+                            run.journal().guarded.push((zxid, token, c.who.clone()));
+                        }
+                    }
+                    Err(Error::LockLost(_)) => run.journal().guarded_refused += 1,
+                    Err(Error::TransactionFailed { source: zk::Error::NoNode, .. }) => node_made = false,
+                    Err(Error::TransactionFailed { source: zk::Error::NodeExists, .. }) => node_made = true,
+                    // A connection error under a fault: the outcome is unknown, and the
+                    // checker only orders what was applied and answered.
+                    Err(_) => {}
+                }
+            }
+            _ = tick.tick() => {
+                write_now(monotonic_nanos());
+                if writer && pending.is_none() {
+                    let op = if node_made {
+                        zk_recipes::Op::set_data(&guarded_node, token.to_string(), None)
+                    } else {
+                        zk_recipes::Op::create(&guarded_node, token.to_string())
+                    };
+                    pending = Some(Box::pin(held.guarded(vec![op])));
+                }
+            }
         }
     };
+    drop(pending);
     let released_ns = monotonic_nanos();
     run.set_status(&c.who, None);
     run.journal().holds.push(Hold {
@@ -491,6 +541,8 @@ pub struct Row {
     pub errors: usize,
     pub losses: usize,
     pub fenced: usize,
+    /// Guarded writes applied, and refused because the lock was lost.
+    pub guarded: (usize, usize),
     pub violations: Vec<String>,
     pub hangs: Vec<String>,
     pub leaked: Vec<String>,
@@ -518,10 +570,10 @@ impl Row {
         kinds.join(", ")
     }
 
-    /// `CHAOS-ROW|fault|recipe|rounds|acquisitions|errors|lost|fenced|violations|hangs|leaked|idle ms|error kinds`
+    /// `CHAOS-ROW|fault|recipe|rounds|acquisitions|errors|lost|fenced|violations|hangs|leaked|idle ms|error kinds|guarded applied|guarded refused`
     pub fn line(&self) -> String {
         format!(
-            "CHAOS-ROW|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+            "CHAOS-ROW|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
             self.fault,
             self.recipe,
             self.rounds,
@@ -533,7 +585,9 @@ impl Row {
             self.hangs.len(),
             self.leaked.len(),
             self.idle_ns / 1_000_000,
-            self.error_summary()
+            self.error_summary(),
+            self.guarded.0,
+            self.guarded.1
         )
     }
 
@@ -599,7 +653,16 @@ pub fn evaluate(run: &Run, fault: &str, rounds: usize, leaked: Vec<String>) -> R
                     h.who, h.acquired_ns, w.what, w.start_ns, h.released_ns
                 ));
             }
-            if w.cut && h.lost && h.acquired_ns <= w.end_ns && h.released_ns >= w.start_ns {
+            // A fault that took the lock away did so at an unknown moment inside its window:
+            // a hold overlapping it is trusted up to the window's start if it was told of the
+            // loss, or if it ended before it had to be told (an administrator's delete and a
+            // normal release can cross: the next holder may be granted a moment before the
+            // old one's release, which had no way to know yet).
+            if w.cut
+                && h.acquired_ns <= w.end_ns
+                && h.released_ns >= w.start_ns
+                && (h.lost || h.released_ns <= tell_by)
+            {
                 let at = w.start_ns.max(h.acquired_ns);
                 cut = Some(cut.map_or(at, |c| c.min(at)));
             }
@@ -688,7 +751,20 @@ pub fn evaluate(run: &Run, fault: &str, rounds: usize, leaked: Vec<String>) -> R
             }
         }
     }
-    // 4. Errors must be typed answers to the faults.
+    // 4. Guarded writes: ZooKeeper applied them in zxid order, and only while the writer's
+    //    lock was still its own, so their tokens never go down (a deposed holder's write
+    //    applied after a newer holder's would).
+    let mut guarded = j.guarded.clone();
+    guarded.sort();
+    for w in guarded.windows(2) {
+        if w[1].1 < w[0].1 {
+            violations.push(format!(
+                "a guarded write by {} (token {}) was applied at zxid {:#x}, after one by {} (token {}) at zxid {:#x}",
+                w[1].2, w[1].1, w[1].0, w[0].2, w[0].1, w[0].0
+            ));
+        }
+    }
+    // 5. Errors must be typed answers to the faults.
     let mut error_kinds = BTreeMap::new();
     for (who, e) in &j.errors {
         *error_kinds.entry(error_kind(e)).or_insert(0) += 1;
@@ -704,6 +780,7 @@ pub fn evaluate(run: &Run, fault: &str, rounds: usize, leaked: Vec<String>) -> R
         errors: j.errors.len(),
         losses: j.holds.iter().filter(|h| h.lost).count(),
         fenced,
+        guarded: (j.guarded.len(), j.guarded_refused),
         violations,
         hangs: j.hangs.clone(),
         leaked,

@@ -1,48 +1,65 @@
-//! What the chaos suite's contenders hold: one guard, or a multi-lock's guards. Shared by the
-//! suite (`tests/chaos/workload.rs`) and its victim program (`tests/bin/chaos_child.rs`).
+//! What the chaos suite's contenders hold: one guard, or a multi-lock. Shared by the suite
+//! (`tests/chaos/workload.rs`) and its victim program (`tests/bin/chaos_child.rs`).
 
-/// What an acquire holds: one guard, or the multi-lock's two (the first, `a`, gives the
-/// token and the path).
-pub struct Held(Vec<zk_recipes::LockGuard>);
+use zk_recipes::{LockGuard, MultiGuard, Op};
+
+/// What an acquire holds. A multi-lock's first lock (`a`) gives the token and the path.
+pub enum Held {
+    One(LockGuard),
+    Many(MultiGuard),
+}
 
 impl Held {
-    pub fn one(guard: impl Into<zk_recipes::LockGuard>) -> Held {
-        Held(vec![guard.into()])
+    pub fn one(guard: impl Into<LockGuard>) -> Held {
+        Held::One(guard.into())
     }
 
-    pub fn many(guards: Vec<zk_recipes::LockGuard>) -> Held {
-        assert!(!guards.is_empty(), "a multi-lock holds at least one lock");
-        Held(guards)
+    fn first(&self) -> &LockGuard {
+        match self {
+            Held::One(g) => g,
+            Held::Many(m) => &m.guards()[0],
+        }
     }
 
     pub fn is_lost(&self) -> bool {
-        self.0.iter().any(zk_recipes::LockGuard::is_lost)
+        match self {
+            Held::One(g) => g.is_lost(),
+            Held::Many(m) => m.is_lost(),
+        }
     }
 
     pub fn fencing_token(&self) -> i64 {
-        self.0[0].fencing_token()
+        self.first().fencing_token()
     }
 
     pub fn path(&self) -> &str {
-        self.0[0].path()
+        self.first().path()
     }
 
     /// Resolves when any of the locks is lost.
-    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let each: Vec<_> = self.0.iter().map(|g| Box::pin(g.lost())).collect();
-        async move {
-            futures::future::select_all(each).await;
+    pub fn lost(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        match self {
+            Held::One(g) => Box::pin(g.lost()),
+            Held::Many(m) => Box::pin(m.lost()),
+        }
+    }
+
+    /// A write applied only while every lock is still ours.
+    pub async fn guarded(
+        &self,
+        ops: Vec<Op>,
+    ) -> zk_recipes::Result<Vec<zk_recipes::zk::MultiWriteResult>> {
+        match self {
+            Held::One(g) => g.guarded(ops).await,
+            Held::Many(m) => m.guarded(ops).await,
         }
     }
 
     /// Releases every lock; the first error.
     pub async fn release(self) -> zk_recipes::Result<()> {
-        let mut first = Ok(());
-        for g in self.0.into_iter().rev() {
-            if let (Err(e), true) = (g.release().await, first.is_ok()) {
-                first = Err(e);
-            }
+        match self {
+            Held::One(g) => g.release().await,
+            Held::Many(m) => m.release().await,
         }
-        first
     }
 }
