@@ -5,13 +5,13 @@ use zk_recipes::{LockGuard, MultiGuard, Op};
 
 /// What an acquire holds. A multi-lock's first lock (`a`) gives the token and the path.
 pub enum Held {
-    One(LockGuard),
+    One(Box<LockGuard>),
     Many(MultiGuard),
 }
 
 impl Held {
     pub fn one(guard: impl Into<LockGuard>) -> Held {
-        Held::One(guard.into())
+        Held::One(Box::new(guard.into()))
     }
 
     fn first(&self) -> &LockGuard {
@@ -58,7 +58,7 @@ impl Held {
     /// Releases every lock; the first error.
     pub async fn release(self) -> zk_recipes::Result<()> {
         match self {
-            Held::One(g) => g.release().await,
+            Held::One(g) => (*g).release().await,
             Held::Many(m) => m.release().await,
         }
     }
