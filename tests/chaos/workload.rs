@@ -140,6 +140,13 @@ pub fn lock_dirs(recipe: Recipe, dir: &str) -> Vec<String> {
 
 pub use crate::support::held::Held;
 
+/// A guarded write in flight.
+type GuardedWrite<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = zk_recipes::Result<Vec<zk::MultiWriteResult>>> + Send + 'a,
+    >,
+>;
+
 impl Handle {
     pub fn new(recipe: Recipe, session: &Session, dir: &str, who: &str, requeue: bool) -> Handle {
         match recipe {
@@ -436,15 +443,7 @@ pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Relea
     // while the lock is still ours; one at a time, polled beside the loss signal.
     let guarded_node = format!("{}-guarded", run.dir);
     let mut node_made = false;
-    let mut pending: Option<
-        std::pin::Pin<
-            Box<
-                dyn std::future::Future<Output = zk_recipes::Result<Vec<zk::MultiWriteResult>>>
-                    + Send
-                    + '_,
-            >,
-        >,
-    > = None;
+    let mut pending: Option<GuardedWrite<'_>> = None;
     let write_now = |ns: u64| {
         if writer {
             run.journal().writes.push(Write {
