@@ -57,6 +57,10 @@ pub const FAULTS: &[(&str, &str)] = &[
     ),
     ("drop-during-create", "connection loss during create"),
     (
+        "revoke-holder",
+        "revocation request to the holder (revocable locks)",
+    ),
+    (
         "restart-ensemble",
         "whole-ensemble restart > session timeout",
     ),
@@ -72,6 +76,7 @@ pub async fn run_fault(ctx: &mut Ctx, id: &str) -> Vec<Row> {
         "delete-holder-node" => delete_holder_node(ctx).await,
         "delete-lock-dir" => delete_lock_dir(ctx).await,
         "drop-during-create" => drop_during_create(ctx).await,
+        "revoke-holder" => revoke_holder(ctx).await,
         "restart-ensemble" => restart_ensemble(ctx).await,
         other => panic!("unknown fault {other:?}; known: {FAULTS:?}"),
     }
@@ -478,6 +483,7 @@ async fn expire_sessions(ctx: &mut Ctx) -> Vec<Row> {
         proxy_to: (idx <= 2).then(|| addrs[idx % addrs.len()]),
         requeue: idx != 2,
         flaky: false,
+        revocable: false,
     })
     .await;
     for round in 0..ctx.rounds {
@@ -745,6 +751,73 @@ async fn delete_holder_node(ctx: &mut Ctx) -> Vec<Row> {
     sc.end(ctx).await
 }
 
+/// Every contender's locks are revocable; while the victims hold and the others queue, a
+/// revoker asks every holder to let go (`revoke_holders`). A victim must release within a
+/// second (the simple lock, which cannot be revoked, is not asked and holds on); the request
+/// must never hand the lock on by itself (the overlap check), and no request node may be left.
+async fn revoke_holder(ctx: &mut Ctx) -> Vec<Row> {
+    heal(&mut ctx.cluster);
+    let hosts = ctx.cluster.connect_string();
+    let sc = Scenario::new("revoke-holder", true, move |_, _| Connect {
+        hosts: hosts.clone(),
+        requeue: true,
+        revocable: true,
+        ..Connect::default()
+    })
+    .await;
+    let revoker = zk_recipes::Session::builder(ctx.cluster.connect_string())
+        .with_session_timeout(SESSION_TIMEOUT)
+        .connect()
+        .await
+        .expect("the revoker connects");
+    for round in 0..ctx.rounds {
+        heal(&mut ctx.cluster);
+        let release = CancellationToken::new();
+        let victims = sc.victims();
+        let mut tasks = sc.start_victims(&victims, &release).await;
+        tasks.extend(sc.start_others(round, |_| 1));
+        tokio::time::sleep(SETTLE).await;
+        for (set, v) in sc.sets.iter().zip(&victims) {
+            let dir = lock_dirs(set.run.recipe, &set.run.dir).remove(0);
+            let asked =
+                match tokio::time::timeout(QUICK, zk_recipes::revoke_holders(&revoker, &dir)).await
+                {
+                    Ok(Ok(asked)) => asked,
+                    other => {
+                        set.run.failure(format!("revoke_holders({dir}): {other:?}"));
+                        continue;
+                    }
+                };
+            if set.run.recipe == Recipe::Simple {
+                continue;
+            }
+            if asked.is_empty() {
+                set.run.failure(format!(
+                    "revoke_holders({dir}) found no holder while {} held",
+                    v.who
+                ));
+                continue;
+            }
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while matches!(set.run.status(&v.who), Some(Status::Holding { .. })) {
+                if Instant::now() >= deadline {
+                    set.run.failure(format!(
+                        "victim {} did not let go within 1 s of a revocation request",
+                        v.who
+                    ));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        release.cancel();
+        sc.finish(tasks).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(15), revoker.close()).await;
+    sc.end(ctx).await
+}
+
 /// An administrator deletes every child of the lock directory and the directory itself while
 /// a victim holds and the others wait: holders are told, waiters re-queue (the directory is
 /// made again), and everyone gets through.
@@ -831,6 +904,7 @@ async fn drop_during_create(ctx: &mut Ctx) -> Vec<Row> {
             proxy_to: flaky.then(|| addrs[idx % addrs.len()]),
             requeue: true,
             flaky,
+            revocable: false,
         }
     })
     .await;

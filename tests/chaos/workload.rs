@@ -189,6 +189,18 @@ impl Handle {
         }
     }
 
+    /// Makes the locks revocable (the simple lock cannot be: unchanged).
+    pub fn revocable(self, on: bool) -> Handle {
+        match self {
+            Handle::Fair(l) => Handle::Fair(l.with_revocable(on)),
+            Handle::Sem(s) => Handle::Sem(s.with_revocable(on)),
+            Handle::Rw(l) => Handle::Rw(l.with_revocable(on)),
+            Handle::Elect(e) => Handle::Elect(e.with_revocable(on)),
+            Handle::Multi(m) => Handle::Multi(m.with_revocable(on)),
+            simple => simple,
+        }
+    }
+
     pub async fn acquire(&self, write: bool) -> zk_recipes::Result<Held> {
         if let Handle::Multi(m) = self {
             return Ok(Held::Many(m.lock().await?));
@@ -348,6 +360,8 @@ pub struct Connect {
     pub proxy_to: Option<std::net::SocketAddr>,
     pub requeue: bool,
     pub flaky: bool,
+    /// The contender's locks are revocable (`with_revocable(true)`): it lets go when asked.
+    pub revocable: bool,
 }
 
 impl Contender {
@@ -368,7 +382,8 @@ impl Contender {
         .await
         .unwrap_or_else(|_| panic!("expected {who} to connect to {hosts} within 30s"))
         .unwrap_or_else(|e| panic!("{who} could not connect to {hosts}: {e}"));
-        let handle = Handle::new(run.recipe, &session, &run.dir, &who, how.requeue);
+        let handle =
+            Handle::new(run.recipe, &session, &run.dir, &who, how.requeue).revocable(how.revocable);
         Arc::new(Contender {
             who,
             idx,
@@ -456,6 +471,9 @@ pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Relea
     write_now(acquired_ns);
     let lost = held.lost();
     tokio::pin!(lost);
+    // A revocable holder lets go when asked (a normal release, never a loss).
+    let revoked = held.revoke_requested();
+    tokio::pin!(revoked);
     let until = async {
         match &release {
             Release::After(d) => tokio::time::sleep(*d).await,
@@ -473,6 +491,7 @@ pub async fn cycle(run: Arc<Run>, c: Arc<Contender>, write: bool, release: Relea
             biased;
             _ = &mut lost => break true,
             _ = &mut until => break false,
+            _ = &mut revoked => break false,
             r = async { pending.as_mut().expect("polled only when set").await }, if pending.is_some() => {
                 pending = None;
                 match r {

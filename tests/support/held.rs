@@ -44,6 +44,16 @@ impl Held {
         }
     }
 
+    /// Resolves when another process asks to revoke any of the locks.
+    pub fn revoke_requested(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        match self {
+            Held::One(g) => Box::pin(g.revoke_requested()),
+            Held::Many(m) => Box::pin(m.revoke_requested()),
+        }
+    }
+
     /// A write applied only while every lock is still ours.
     pub async fn guarded(
         &self,
