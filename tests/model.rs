@@ -1045,6 +1045,7 @@ fn grant(ctx: &Arc<Ctx>, me: usize, session: usize, kind: Kind, held: &Held) -> 
     // Rule 1.
     tokio::spawn({
         let ctx = ctx.clone();
+        let own = node.clone();
         async move {
             let mut live = Vec::new();
             for (i, k, node, token) in others {
@@ -1055,6 +1056,20 @@ fn grant(ctx: &Arc<Ctx>, me: usize, session: usize, kind: Kind, held: &Held) -> 
                 }
             }
             let mut r = lock(&ctx.rec);
+            // A grant whose own node the administrator had already deleted (answered before
+            // the grant was recorded) never held: its create and listing were answered before
+            // the delete, and the guard is told lost at once (rule 3 judges that). Seed 2755.
+            let granted_at = r.holdings[hid].granted;
+            let never_held = r.admin_deleted.contains(&token)
+                && r.admin_deletes
+                    .iter()
+                    .any(|(path, _, answered)| *path == own && *answered <= granted_at);
+            if never_held {
+                r.log(format!(
+                    "holding #{hid}: its node was deleted by the administrator before the grant; not counted"
+                ));
+                return;
+            }
             let mut leases = 0;
             let mut cap = match kind {
                 Kind::Lease(p) => p,
@@ -1295,7 +1310,7 @@ fn final_checks(rec: &Shared) {
         // The observer sees a deletion a moment after the server made it.
         let by_admin = r.admin_deleted.contains(&x.token)
             || r.admin_deletes.iter().any(|(node, sent, answered)| {
-                node.rsplit('/').next() == Some(x.node.as_str())
+                *node == x.node
                     && td >= *sent
                     && td <= *answered + Duration::from_millis(500)
             });
@@ -1818,4 +1833,14 @@ async fn regression_seed_1812_delayed_release_on_another_sessions_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_seed_3271_administrator_deletes_a_newer_node_at_the_fixed_path() {
     replay(3271, 3).await;
+}
+
+/// Found in the checker: a semaphore waiter's create and listing were answered (the reply
+/// stalled in the network), then the administrator deleted its node, then the grant reached
+/// the caller, which was told lost 2 ms later. Rule 1 counted that holding as a live lease
+/// (over the permits); a grant whose own node the administrator had deleted before it was
+/// recorded never held, and rule 3 judges that it is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_2755_a_grant_on_a_node_deleted_before_it_is_no_lease() {
+    replay(2755, 3).await;
 }
