@@ -1844,3 +1844,11 @@ async fn regression_seed_3271_administrator_deletes_a_newer_node_at_the_fixed_pa
 async fn regression_seed_2755_a_grant_on_a_node_deleted_before_it_is_no_lease() {
     replay(2755, 3).await;
 }
+
+/// The simple-lock form of seed 2755: the create's reply stalled in the network while the
+/// administrator deleted the new node and another session took the lock; the late grant was
+/// told lost 2 ms later and never held (rule 1 had counted it against the new holder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_seed_5819_a_simple_lock_grant_on_a_node_deleted_before_it() {
+    replay(5819, 3).await;
+}
