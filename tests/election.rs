@@ -1106,6 +1106,15 @@ async fn failover_under_faults_on_an_ensemble() {
     .await;
     rotate_until_leads("d", &observer, &[&a, &b, &c, &d], &board).await;
     wait_queued(&observer, 4).await;
+    // The observer may name d as soon as d's node is the lowest, before d's campaign has
+    // returned (CI once killed the server in that gap, and d, still campaigning, had no
+    // leadership to lose): wait until d itself reports that it leads.
+    within(SLOW, "d to report that it leads", async {
+        while board.current().is_none_or(|(name, _, _)| name != "d") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     let losses = d.losses.load(Ordering::SeqCst);
     eprintln!("[server killed] d leads through member {member} only; killing it");
     tokio::task::block_in_place(|| cluster.member_mut(member).kill()).unwrap();

@@ -1310,9 +1310,7 @@ fn final_checks(rec: &Shared) {
         // The observer sees a deletion a moment after the server made it.
         let by_admin = r.admin_deleted.contains(&x.token)
             || r.admin_deletes.iter().any(|(node, sent, answered)| {
-                *node == x.node
-                    && td >= *sent
-                    && td <= *answered + Duration::from_millis(500)
+                *node == x.node && td >= *sent && td <= *answered + Duration::from_millis(500)
             });
         if !by_admin && !epoch_ended {
             found.push(format!(

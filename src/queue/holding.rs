@@ -439,13 +439,18 @@ impl Holding {
     }
 
     /// Releases: marked (one notification hands the lock on) or plain, see `release_node`.
-    pub(crate) async fn release(mut self) -> Result<()> {
+    pub(crate) async fn release(self) -> Result<()> {
+        // Instrumented, not entered: an entered span held across an await moves between
+        // threads with the task, which tracing-subscriber rejects with a panic.
+        let span = tracing::info_span!(target: "zk_recipes", parent: &self.span, "release", path = %self.path, node = %self.name.name);
+        tracing::Instrument::instrument(self.release_in_span(), span).await
+    }
+
+    async fn release_in_span(mut self) -> Result<()> {
         if self.is_lost() {
             self.lost_at_end = self.loss_reason();
         }
         self.released = true;
-        let span = tracing::info_span!(target: "zk_recipes", parent: &self.span, "release", path = %self.path, node = %self.name.name);
-        let _entered = span.enter();
         self.stop_monitor.cancel();
         let monitor = self.monitor.take();
         if self.is_lost() {
