@@ -38,15 +38,20 @@ const TICK: Duration = Duration::from_millis(100);
 
 /// What is held while CMD runs: the library's guard core, whatever the recipe.
 pub struct Held {
-    /// One guard, or a multi-lock's guards in path order.
-    guards: Vec<LockGuard>,
+    inner: Inner,
     what: &'static str,
+}
+
+enum Inner {
+    One(Box<LockGuard>),
+    /// A multi-lock: its own guard signals a loss or a revocation of any lock and releases all.
+    Many(zk_recipes::MultiGuard),
 }
 
 impl Held {
     pub fn new(guard: impl Into<LockGuard>, what: &'static str) -> Held {
         Held {
-            guards: vec![guard.into()],
+            inner: Inner::One(Box::new(guard.into())),
             what,
         }
     }
@@ -54,7 +59,7 @@ impl Held {
     /// Every lock of a multi-lock.
     pub fn multi(held: zk_recipes::MultiGuard, what: &'static str) -> Held {
         Held {
-            guards: held.into_guards(),
+            inner: Inner::Many(held),
             what,
         }
     }
@@ -63,8 +68,16 @@ impl Held {
         self.what
     }
 
+    /// The guards, in path order (one unless a multi-lock).
+    fn guards(&self) -> &[LockGuard] {
+        match &self.inner {
+            Inner::One(g) => std::slice::from_ref(&**g),
+            Inner::Many(m) => m.guards(),
+        }
+    }
+
     fn first(&self) -> &LockGuard {
-        &self.guards[0]
+        &self.guards()[0]
     }
 
     fn node(&self) -> String {
@@ -77,9 +90,9 @@ impl Held {
 
     /// One line per lock: `ZK_LOCK_NODES` and `ZK_FENCING_TOKENS`.
     fn nodes_and_tokens(&self) -> (String, String) {
-        let nodes: Vec<&str> = self.guards.iter().map(LockGuard::path).collect();
+        let nodes: Vec<&str> = self.guards().iter().map(LockGuard::path).collect();
         let tokens: Vec<String> = self
-            .guards
+            .guards()
             .iter()
             .map(|g| g.fencing_token().to_string())
             .collect();
@@ -91,39 +104,36 @@ impl Held {
     }
 
     fn is_lost(&self) -> bool {
-        self.guards.iter().any(LockGuard::is_lost)
+        self.guards().iter().any(LockGuard::is_lost)
     }
 
     fn loss_reason(&self) -> String {
-        self.guards
+        self.guards()
             .iter()
             .find_map(LockGuard::loss_reason)
             .map_or_else(|| "lost".to_string(), |r| r.to_string())
     }
 
     async fn revoke_requested(&self) {
-        let each: Vec<_> = self
-            .guards
-            .iter()
-            .map(|g| Box::pin(g.revoke_requested()))
-            .collect();
-        futures::future::select_all(each).await;
+        match &self.inner {
+            Inner::One(g) => g.revoke_requested().await,
+            Inner::Many(m) => m.revoke_requested().await,
+        }
     }
 
     async fn lost(&self) {
-        let each: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
-        futures::future::select_all(each).await;
+        match &self.inner {
+            Inner::One(g) => g.lost().await,
+            Inner::Many(m) => m.lost().await,
+        }
     }
 
-    /// Releases the locks (the last taken first), or resigns the leadership.
+    /// Releases the lock (a multi-lock's, the last taken first), or resigns the leadership.
     async fn release(self) -> zk_recipes::Result<()> {
-        let mut first = Ok(());
-        for guard in self.guards.into_iter().rev() {
-            if let (Err(e), true) = (guard.release().await, first.is_ok()) {
-                first = Err(e);
-            }
+        match self.inner {
+            Inner::One(g) => g.release().await,
+            Inner::Many(m) => m.release().await,
         }
-        first
     }
 }
 
