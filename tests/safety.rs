@@ -607,6 +607,46 @@ async fn a_simple_lock_release_delayed_on_its_way_never_deletes_the_next_holders
     other.close().await;
 }
 
+/// The same with the next holder on the holder's own session (seed 1067 of the model, found
+/// by CI): the release read the node (its answer held up in the network), an administrator
+/// deleted it, another handle of the same session made it again, and the release's set +
+/// delete at version 0 then passed the node's ACL (same session) and removed the newcomer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_simple_lock_release_never_deletes_a_node_of_its_own_session() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let path = format!("{}/simple", unique_root("late-release-same-session"));
+    let guard = ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap();
+    let first = guard.fencing_token();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(1),
+        FaultAction::Stall(Duration::from_millis(600)),
+    ));
+    let releasing = tokio::spawn(guard.release());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let admin = raw().await;
+    admin.delete(&path, None).await.unwrap();
+    let next = tokio::time::timeout(
+        Duration::from_secs(5),
+        ExclusiveLock::new(&s, &path).unwrap().lock(),
+    )
+    .await
+    .expect("the next holder waited")
+    .unwrap();
+    assert_ne!(next.fencing_token(), first, "granted the deleted node");
+    let _ = tokio::time::timeout(Duration::from_secs(10), releasing).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stat = admin.check_stat(&path).await.unwrap();
+    assert_eq!(
+        stat.map(|st| st.czxid),
+        Some(next.fencing_token()),
+        "the next holder's node was deleted by the late release"
+    );
+    assert!(!next.is_lost(), "next holder told {:?}", next.loss_reason());
+    next.release().await.unwrap();
+    s.close().await;
+}
+
 /// Given a simple-lock holder cut off from the server, when it releases (its request waits in
 /// the client for the reconnect) while an administrator deletes its node and another session
 /// takes the lock, then the release, sent after the reconnect, leaves the new holder's node

@@ -465,6 +465,7 @@ impl Holding {
         };
         let verify = self.verify_czxid.then_some(self.czxid);
         let result = release_retrying(
+            &self.session,
             &epoch,
             &self.path,
             self.mark_release,
@@ -513,8 +514,9 @@ impl Drop for Holding {
         let verify = self.verify_czxid.then_some(self.czxid);
         let gate = self.gate.clone();
         self.lost.cancel();
+        let session = self.session.clone();
         self.session.spawn_tracked(async move {
-            match release_retrying(&epoch, &path, mark, verify, &gate, monitor).await {
+            match release_retrying(&session, &epoch, &path, mark, verify, &gate, monitor).await {
                 Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
                 Err(err) => tracing::warn!(path, %err, "release on drop failed; the node goes with the session"),
             }
@@ -565,6 +567,7 @@ fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bo
 /// the lock, held until the session ends. A retry after a release that was applied after all
 /// finds the node gone (`NoNode`, or another czxid at a shared path).
 async fn release_retrying(
+    session: &Session,
     epoch: &Epoch,
     path: &str,
     mark: bool,
@@ -573,12 +576,23 @@ async fn release_retrying(
     monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
 ) -> std::result::Result<(), zk::Error> {
     let first = verify.map_or(Check::None, Check::Czxid);
-    retrying(epoch, path, mark, verify, first, gate, monitor).await
+    retrying(
+        epoch,
+        path,
+        mark,
+        verify,
+        first,
+        gate,
+        monitor,
+        Some(session),
+    )
+    .await
 }
 
 /// Deletes the node at the shared `path` only while it is the one created at `czxid` (read
 /// just before), retried like a release: the cleanup of a cancelled simple-lock acquire,
-/// whose decision was made on a read that may be old by now.
+/// whose decision was made on a read that may be old by now. The caller holds the path's
+/// serializer (see [`Session::serialize_path`]).
 pub(super) async fn delete_if_czxid(
     epoch: &Epoch,
     path: &str,
@@ -586,9 +600,12 @@ pub(super) async fn delete_if_czxid(
 ) -> std::result::Result<(), zk::Error> {
     let gate = Mutex::new(false);
     let first = Check::Czxid(czxid);
-    retrying(epoch, path, true, Some(czxid), first, &gate, None).await
+    retrying(epoch, path, true, Some(czxid), first, &gate, None, None).await
 }
 
+/// `serialize`: the session whose path serializer each attempt at a shared path takes, or
+/// `None` when the caller already holds it.
+#[allow(clippy::too_many_arguments)]
 async fn retrying(
     epoch: &Epoch,
     path: &str,
@@ -597,9 +614,10 @@ async fn retrying(
     first: Check,
     gate: &Mutex<bool>,
     monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+    serialize: Option<&Session>,
 ) -> std::result::Result<(), zk::Error> {
     let again_check = verify.map_or(Check::None, Check::Czxid);
-    let mut result = release_node(epoch, path, mark, first, gate, monitor).await;
+    let mut result = release_node(epoch, path, mark, first, gate, monitor, serialize).await;
     let mut backoff = Duration::from_millis(20);
     // Whether an attempt may have been applied without our hearing of it.
     let mut unheard = false;
@@ -621,7 +639,7 @@ async fn retrying(
         }
         backoff = (backoff * 2).min(Duration::from_secs(1));
         unheard |= matches!(&result, Err(e) if is_unknown(e));
-        result = release_node(epoch, path, mark, again_check, gate, None).await;
+        result = release_node(epoch, path, mark, again_check, gate, None, serialize).await;
     }
     match result {
         // Our first attempt was applied after all.
@@ -643,7 +661,10 @@ enum Check {
     /// stale in the network (an administrator deleted our node and another session made a
     /// new one, also at version 0), the multi fails with `NoAuth` and deletes nothing. A
     /// node of our own session cannot slip in between: the read runs after every earlier
-    /// request of the session, and the session's creates at the path are serialized.
+    /// request of the session, and the read and the multi are queued under the path's
+    /// serializer, which every create of the session at the path also holds (without it, a
+    /// create of another handle sent between our read and our multi made a new node at
+    /// version 0 that our multi, passing the ACL as the same session, deleted: seed 1067).
     Czxid(i64),
 }
 
@@ -659,10 +680,16 @@ async fn release_node(
     check: Check,
     gate: &Mutex<bool>,
     monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+    serialize: Option<&Session>,
 ) -> std::result::Result<(), zk::Error> {
+    // Held from before the read until the write is queued (requests are ordered at call time).
+    let mut serial = None;
     let version = match check {
         Check::None => None,
         Check::Czxid(czxid) => {
+            if let Some(session) = serialize {
+                serial = Some(session.serialize_path(path).await);
+            }
             *gate.lock().unwrap() = true;
             match epoch.check_stat(path).await? {
                 Some(stat) if stat.czxid == czxid => Some(stat.version),
@@ -679,6 +706,7 @@ async fn release_node(
             futures::future::Either::Right(epoch.delete(path, version))
         }
     };
+    drop(serial);
     let own = match monitor {
         Some(m) => m.await.ok().flatten(),
         None => None,
