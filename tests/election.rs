@@ -480,6 +480,66 @@ async fn campaign_leader_participants_and_history() {
 }
 
 /// The next item of an observer stream, which must come within [`QUICK`] and be `Ok`.
+/// Given three candidates taking turns (each resigns with the default plain delete and queues
+/// again at the back), when a leader resigns, then the next one takes over after exactly one
+/// request, as Curator's `getChildren`: its snapshot of the queue still names the candidate
+/// that left two turns ago, and walking back through it cost an `exists` more (2 requests per
+/// failover before the fix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_failover_costs_the_next_leader_one_request() {
+    let path = format!("{}/election", unique_root("elect-cost"));
+    let hosts = shared_server().connect_string();
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        sessions.push(connect(&hosts).await);
+    }
+    let observer_session = connect(&hosts).await;
+    let observer = Election::new(&observer_session, &path, "observer").unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let go: Vec<Arc<tokio::sync::Notify>> = (0..3)
+        .map(|_| Arc::new(tokio::sync::Notify::new()))
+        .collect();
+    let mut tasks = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        let election = Election::new(s, &path, format!("c{i}")).unwrap();
+        let (tx, go, s) = (tx.clone(), go[i].clone(), s.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let leadership = election.campaign().await.unwrap();
+                if tx.send((i, s.request_count(), leadership)).is_err() {
+                    return;
+                }
+                go.notified().await;
+            }
+        }));
+        // Queue in order: c0 leads, c1 and c2 behind it.
+        wait_queued(&observer, i + 1).await;
+    }
+    let (mut cur, _, mut leadership) = within(QUICK, "a first leader", rx.recv()).await.unwrap();
+    let mut costs = Vec::new();
+    for _ in 0..6 {
+        wait_queued(&observer, 3).await;
+        let before: Vec<u64> = sessions.iter().map(Session::request_count).collect();
+        leadership.resign().await.unwrap();
+        go[cur].notify_one();
+        let (next, at_grant, l) = within(QUICK, "the next leader", rx.recv()).await.unwrap();
+        costs.push(at_grant - before[next]);
+        (cur, leadership) = (next, l);
+    }
+    assert_eq!(
+        costs,
+        vec![1; 6],
+        "requests sent by each next leader between the resignation and its election"
+    );
+    leadership.resign().await.unwrap();
+    for t in tasks {
+        t.abort();
+    }
+    for s in sessions.iter().chain([&observer_session]) {
+        s.close().await;
+    }
+}
+
 async fn next_change(changes: &mut LeaderChanges, what: &str) -> LeaderChange {
     within(QUICK, what, changes.next())
         .await

@@ -116,8 +116,12 @@ struct Waiter<'a> {
     me: NodeName,
     my_path: String,
     czxid: i64,
-    /// Members below us still believed to exist, ascending.
+    /// Members below us still believed to exist, ascending: the nearest ones only (see
+    /// [`Rule::window`]).
     lower: Vec<NodeName>,
+    /// Whether more members were below `lower` when it was read: an empty window then does
+    /// not mean that nothing blocks us, so the grant re-lists first.
+    cut: bool,
     /// The `exists` watch on our own node, once armed.
     own_watch: Option<WatchFuture>,
     /// Whether our own node is known to exist: from a listing that contained it, until a
@@ -273,6 +277,7 @@ impl<'a> Waiter<'a> {
             my_path,
             czxid,
             lower: Vec::new(),
+            cut: false,
             own_watch: None,
             confirmed: true,
             missing_in_a_row: 0,
@@ -289,7 +294,7 @@ impl<'a> Waiter<'a> {
                 )))
             }
         }
-        waiter.lower = lower_members(spec, &children, &waiter.me);
+        (waiter.lower, waiter.cut) = lower_members(spec, &children, &waiter.me);
         Ok(Entered::Queued(waiter))
     }
 
@@ -374,8 +379,29 @@ impl<'a> Waiter<'a> {
     /// is still there and that the epoch has not ended meanwhile (a create that completed in
     /// an epoch the loss policy has already given up must re-queue, not be lost at birth).
     async fn grant_if_first(&mut self) -> Result<Option<Attempt>> {
-        if !self.spec.watch_targets(&self.lower).is_empty() {
-            return Ok(None);
+        loop {
+            if !self.spec.watch_targets(&self.lower).is_empty() {
+                return Ok(None);
+            }
+            if !self.cut {
+                break;
+            }
+            // Nothing blocks us in the window we kept, but members were below it: look again
+            // (the listing also confirms our own node).
+            match relist(&self.epoch, self.spec, &self.me).await {
+                Ok((lower, cut)) => {
+                    (self.lower, self.cut) = (lower, cut);
+                    self.confirmed = true;
+                }
+                Err(zk::Error::NoNode) => return Ok(Some(self.node_deleted())),
+                Err(err) if is_unknown(&err) => {
+                    self.blips += 1;
+                    if self.epoch.lost_token().is_cancelled() || self.blips > 20 {
+                        return Ok(Some(self.requeue()));
+                    }
+                }
+                Err(err) => return Err(Error::zk("get_children", &self.spec.dir, err)),
+            }
         }
         if !self.confirmed {
             match self.epoch.check_stat(&self.my_path).await {
@@ -549,9 +575,11 @@ impl<'a> Waiter<'a> {
                     // (its ACL), and it writes only this, in the transaction that deletes the
                     // node.
                     if spec.mark_grants(&target) {
-                        // The node held the lock alone, so nothing below it can exist:
-                        // granted (`grant_if_first` still checks that our own node is there).
+                        // The node held the lock alone, so nothing below it can exist, kept
+                        // in our window or not: granted (`grant_if_first` still checks that
+                        // our own node is there).
                         self.lower.clear();
+                        self.cut = false;
                     } else {
                         // A reader left: as a plain deletion.
                         if let Some(done) = self.gone(&target).await? {
@@ -598,11 +626,16 @@ impl<'a> Waiter<'a> {
         Ok(None)
     }
 
-    /// `target` is gone: walk back past it, or re-list where the rule says so.
+    /// `target` is gone (a plain deletion): re-list, unless it was the last member we know
+    /// of below us and the rule does not ask for a listing, in which case `grant_if_first`
+    /// only confirms our own node. One request either way, as Curator's `getChildren`: the
+    /// members we still have below it were read when we queued and have most likely left
+    /// since (they were ahead of the one we watched), so walking back through them, one
+    /// `exists` each, costs more than one listing.
     async fn gone(&mut self, target: &NodeName) -> Result<Option<Attempt>> {
         self.lower.retain(|n| n.sequence != target.sequence);
         self.confirmed = false;
-        if self.spec.relist_after(target) {
+        if self.spec.relist_after(target) || !self.lower.is_empty() || self.cut {
             return self.relist().await;
         }
         Ok(None)
@@ -616,8 +649,8 @@ impl<'a> Waiter<'a> {
             return Ok(Armed::Done(self.requeue()));
         }
         match relist(&self.epoch, self.spec, &self.me).await {
-            Ok(lower) => {
-                self.lower = lower;
+            Ok((lower, cut)) => {
+                (self.lower, self.cut) = (lower, cut);
                 self.confirmed = true;
             }
             Err(zk::Error::NoNode) => return Ok(Armed::Done(self.node_deleted())),
@@ -629,8 +662,8 @@ impl<'a> Waiter<'a> {
     /// Re-reads the members below us. `Some` when the attempt is over (our node is gone).
     async fn relist(&mut self) -> Result<Option<Attempt>> {
         match relist(&self.epoch, self.spec, &self.me).await {
-            Ok(lower) => {
-                self.lower = lower;
+            Ok((lower, cut)) => {
+                (self.lower, self.cut) = (lower, cut);
                 self.confirmed = true;
                 Ok(None)
             }
@@ -683,15 +716,16 @@ fn describe_kind(kind: NodeKind) -> &'static str {
     }
 }
 
-/// The members of `children` below `me`, ascending.
-fn lower_members(spec: &QueueSpec, children: &[String], me: &NodeName) -> Vec<NodeName> {
+/// The members of `children` below `me`, ascending, cut to the rule's window (see
+/// [`Rule::window`]), and whether anything was cut off.
+fn lower_members(spec: &QueueSpec, children: &[String], me: &NodeName) -> (Vec<NodeName>, bool) {
     let mut lower: Vec<NodeName> = children
         .iter()
         .filter_map(|c| NodeName::parse(c))
         .filter(|n| spec.is_member(n) && n.sequence < me.sequence)
         .collect();
     lower.sort_by_key(|n| n.sequence);
-    lower
+    spec.rule.window(lower)
 }
 
 /// Our own node's watch event, if it has fired already (the watch is then used up).
@@ -740,7 +774,7 @@ async fn relist(
     epoch: &Epoch,
     spec: &QueueSpec,
     me: &NodeName,
-) -> std::result::Result<Vec<NodeName>, zk::Error> {
+) -> std::result::Result<(Vec<NodeName>, bool), zk::Error> {
     let (children, _) = epoch.get_children(&spec.dir).await?;
     if !children.contains(&me.name) {
         // Our own node is gone (deleted with its directory, or by an administrator). Compare

@@ -46,13 +46,16 @@
 //!      in the same window).
 //!
 //!    On a plain deletion (a cancelled waiter, an expired session, a Curator or kazoo holder,
-//!    or a released reader) the waiter walks back through the nodes it already read, one
-//!    `exists` each, and re-lists only after several in a row are gone. Before it takes the
-//!    lock after a plain deletion it checks, with one more `exists`, that its own node is
-//!    still there: an administrator deleting the directory deletes both, and the event for
-//!    ours may still be on its way. Curator and kazoo re-list every child at each wake-up
-//!    instead: O(N) per hand-off.
-//! 5. **Ownership.** A node counts as ours only in the epoch (session) that created it, with
+//!    or a released reader) the waiter sends one request: a listing, or, when the node that
+//!    went was the last one it knew of below it, an `exists` that checks that its own node is
+//!    still there (an administrator deleting the directory deletes both, and the event for
+//!    ours may still be on its way). Curator and kazoo re-list every child at each wake-up.
+//! 5. **A window, not a snapshot.** A waiter keeps only the nearest few members below it
+//!    ([`Rule::window`]), with a flag saying whether more were below: O(1) memory per waiter.
+//!    An empty window means "nothing blocks us" only when nothing was cut; else it lists
+//!    again. The mark's proof does not depend on the window (nothing can be below a node
+//!    that held alone), so a marked hand-off still sends no request.
+//! 6. **Ownership.** A node counts as ours only in the epoch (session) that created it, with
 //!    `ephemeralOwner` equal to that session id, and a grant is given only while that epoch
 //!    lives (a create answered after the loss policy gave up re-queues). When the epoch ends,
 //!    a waiter re-queues in the next session (at the back) after deleting any node the old
@@ -60,11 +63,11 @@
 //!    is armed again after any failed arming for as long as the epoch lives, so a deletion is
 //!    never missed. A node left behind by an abandoned acquire is deleted in the background,
 //!    retried while the epoch lives.
-//! 6. **One path, one kind.** Contenders of other recipes (or a semaphore with another permit
+//! 7. **One path, one kind.** Contenders of other recipes (or a semaphore with another permit
 //!    count, stored in the directory's data by the first contender) would not exclude us: the
 //!    listing of step 1 shows them, and we refuse with [`Error::PathInUse`] after removing
 //!    our node.
-//! 7. **Connection loss during create.** The name carries a random protection id chosen before
+//! 8. **Connection loss during create.** The name carries a random protection id chosen before
 //!    the request is sent; when the outcome is unknown we look for the id among the children:
 //!    found in our session, it is ours; anything else is deleted, never adopted.
 
@@ -146,6 +149,28 @@ impl Rule {
     /// watches only its predecessor, which bumps its node's version when it is granted (see
     /// `Waiter::grant_if_first`) so the waiter behind becomes the head. Each release thus
     /// wakes the head alone, whatever the order holders leave in.
+    /// The members below us that a waiter keeps (`lower`: all of them, ascending), and
+    /// whether some were left out. A waiter needs only the nearest ones: its watch target and
+    /// the few it may walk back to. Keeping every member below would cost O(N) memory per
+    /// waiter, O(N²) for a queue of N, and the k-th hand-off would free k parsed names.
+    /// Kept: the nearest [`WINDOW`] for an exclusive rule; the nearest `WINDOW` writers for a
+    /// reader (lower readers never block it); the nearest `permits + 1` for a semaphore
+    /// (enough to tell the head of the queue, which watches `permits` nodes, from a waiter
+    /// further back). A waiter whose window is empty while something was cut lists again
+    /// before it may take the lock.
+    pub(crate) fn window(self, mut lower: Vec<NodeName>) -> (Vec<NodeName>, bool) {
+        if let Rule::Read = self {
+            lower.retain(|n| self.blocks(n));
+        }
+        let keep = match self {
+            Rule::Exclusive | Rule::Read => WINDOW,
+            Rule::Permits(p) => p.saturating_add(1),
+        };
+        let cut = lower.len().saturating_sub(keep);
+        lower.drain(..cut);
+        (lower, cut > 0)
+    }
+
     pub(crate) fn watch_targets(self, lower: &[NodeName]) -> Vec<NodeName> {
         match self {
             Rule::Exclusive => lower.last().cloned().into_iter().collect(),
@@ -162,6 +187,11 @@ impl Rule {
         }
     }
 }
+
+/// How many of the nearest blocking members below it a waiter keeps (see [`Rule::window`]).
+/// Small on purpose: the walk-back re-lists after a miss or two anyway, and the model test's
+/// queues of three to five contenders then cross the cut often.
+pub(crate) const WINDOW: usize = 2;
 
 /// How an acquire waits.
 #[derive(Debug, Clone, Copy)]
@@ -281,3 +311,63 @@ macro_rules! queue_options {
     };
 }
 pub(crate) use queue_options;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(kinds: &str) -> Vec<NodeName> {
+        kinds
+            .chars()
+            .enumerate()
+            .map(|(i, k)| {
+                let marker = match k {
+                    'r' => "__READ__",
+                    'w' => "__WRIT__",
+                    _ => "lock-",
+                };
+                NodeName::parse(&format!("_c_x-{marker}{i:010}")).expect("parses")
+            })
+            .collect()
+    }
+
+    fn seqs(lower: &[NodeName]) -> Vec<i64> {
+        lower.iter().map(|n| n.sequence.unwrap()).collect()
+    }
+
+    #[test]
+    fn an_exclusive_window_keeps_the_nearest_and_says_it_was_cut() {
+        let (kept, cut) = Rule::Exclusive.window(names("lllll"));
+        assert_eq!((seqs(&kept), cut), (vec![3, 4], true));
+        let (kept, cut) = Rule::Exclusive.window(names("ll"));
+        assert_eq!((seqs(&kept), cut), (vec![0, 1], false));
+        let (kept, cut) = Rule::Exclusive.window(Vec::new());
+        assert_eq!((seqs(&kept), cut), (vec![], false));
+    }
+
+    #[test]
+    fn a_readers_window_keeps_only_the_nearest_writers() {
+        let (kept, cut) = Rule::Read.window(names("wrwrrwr"));
+        assert_eq!((seqs(&kept), cut), (vec![2, 5], true));
+        let (kept, cut) = Rule::Read.window(names("rrwr"));
+        assert_eq!((seqs(&kept), cut), (vec![2], false));
+        // Readers below a reader never block it: nothing kept, nothing that matters cut.
+        let (kept, cut) = Rule::Read.window(names("rrrr"));
+        assert_eq!((seqs(&kept), cut), (vec![], false));
+    }
+
+    #[test]
+    fn a_semaphore_window_keeps_permits_plus_one() {
+        let (kept, cut) = Rule::Permits(2).window(names("lllll"));
+        assert_eq!((seqs(&kept), cut), (vec![2, 3, 4], true));
+        let (kept, cut) = Rule::Permits(2).window(names("lll"));
+        assert_eq!((seqs(&kept), cut), (vec![0, 1, 2], false));
+        // A cut window of permits + 1 still watches only the predecessor, as the whole list.
+        let all = names("lllll");
+        let (kept, _) = Rule::Permits(2).window(all.clone());
+        assert_eq!(
+            seqs(&Rule::Permits(2).watch_targets(&kept)),
+            seqs(&Rule::Permits(2).watch_targets(&all))
+        );
+    }
+}
