@@ -1240,6 +1240,26 @@ impl Session {
         }
     }
 
+    /// Like [`spawn_tracked`](Self::spawn_tracked), but polls `fut` once right here first, so
+    /// that the requests it sends before its first await that waits (a release's write) are
+    /// queued on the session before anything the caller sends next: a guard dropped just
+    /// before the next `lock()` on the same session has its release ordered before that
+    /// acquire's create (see `Holding`'s `Drop`). Polling with a no-op waker is sound: the
+    /// spawned task polls again, and every future registers its waker on each poll.
+    pub(crate) fn spawn_tracked_sent<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return self.spawn_tracked(fut);
+        };
+        let mut fut = Box::pin(fut);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if fut.as_mut().poll(&mut cx).is_pending() {
+            self.shared.tracker.spawn_on(fut, &handle);
+        }
+    }
+
     /// Ends the current epoch as if the loss policy had given up on it. For tests and `zkr`.
     #[doc(hidden)]
     pub fn force_epoch_end(&self) {

@@ -171,6 +171,87 @@ async fn uncontended_acquire_is_create_plus_list() {
     s.close().await;
 }
 
+/// A worker loop on one session (lock, drop the guard, lock again): the drop sends its release
+/// before it returns, so the next acquire's create and listing come after it on the session
+/// and find the lock free: `try_lock` right after the drop succeeds, with the old node gone
+/// (on a single-threaded runtime the background release used to run only after the next
+/// acquire had sent its listing, which still showed the old node: `WouldBlock`).
+#[tokio::test]
+async fn a_dropped_guards_release_is_sent_before_the_next_acquire() {
+    let root = unique_root("drop-then-lock");
+    let s = session().await;
+    let lock = FairLock::new(&s, &root).unwrap();
+    let mut guard = lock.try_lock().await.unwrap();
+    for i in 0..20 {
+        let old = guard.fencing_token();
+        drop(guard);
+        guard = match lock.try_lock().await {
+            Ok(g) => g,
+            Err(e) => panic!("iteration {i}: try_lock right after dropping the guard: {e}"),
+        };
+        assert!(
+            guard.fencing_token() > old,
+            "iteration {i}: token did not grow"
+        );
+        assert_eq!(
+            children(&root).await.len(),
+            1,
+            "iteration {i}: the dropped guard's node is still there"
+        );
+    }
+    guard.release().await.unwrap();
+    s.close().await;
+}
+
+/// A waiter keeps only the nearest members below it (a window of 2) and knows when more were
+/// cut off. Given a holder H and two contenders X1, X2 in front of T, when X1 and X2 leave
+/// while T's listing is on its way (its reply held up in the network), then T's window
+/// [X1, X2] empties as it walks back, with H below it, cut off: T must list again and wait
+/// for H, not take the lock; it is granted once H releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_window_with_members_cut_off_below_is_not_a_grant() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let root = unique_root("window");
+    let a = session().await;
+    let holder = FairLock::new(&a, &root).unwrap().lock().await.unwrap();
+    let admin = raw().await;
+    let ephemeral = zk_recipes::zk::CreateMode::EphemeralSequential
+        .with_acls(zk_recipes::zk::Acls::anyone_all());
+    let mut xs = Vec::new();
+    for _ in 0..2 {
+        let prefix = format!("{root}/_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b-lock-");
+        let (_, seq) = admin.create(&prefix, b"", &ephemeral).await.unwrap();
+        xs.push(format!("{prefix}{seq}"));
+    }
+    let (c, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let target = FairLock::new(&c, &root).unwrap();
+    // T's create is request 1, its listing request 2: hold the listing's reply back.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(2),
+        FaultAction::Stall(Duration::from_millis(600)),
+    ));
+    let mut t = tokio::spawn(async move { target.lock().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for x in xs.iter().rev() {
+        admin.delete(x, None).await.unwrap();
+    }
+    let early = tokio::time::timeout(Duration::from_millis(1500), &mut t).await;
+    assert!(
+        early.is_err(),
+        "granted while the holder below the waiter's window holds: {early:?}"
+    );
+    assert!(!holder.is_lost());
+    holder.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(10), t)
+        .await
+        .expect("not granted after the holder released")
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+    a.close().await;
+    c.close().await;
+}
+
 fn mntr_u64(server: &ZooKeeperServer, key: &str) -> u64 {
     let m = server.mntr().expect("mntr");
     m.get(key)

@@ -64,6 +64,8 @@ enum Goal {
     AtLeastPeers(f64),
     /// ours / base ≤ factor (a time), `base` being another of our figures.
     AtMostBase(f64),
+    /// ours / each named peer ≤ factor (a time).
+    AtMostPeers(f64),
     /// Must be zero.
     Zero,
 }
@@ -161,6 +163,20 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
         Some("kazoo.lock.uncontended.acquire_release.p50"),
         Goal::None,
     ));
+    v.push(row(
+        "worker loop (lock, drop the guard) per iteration p50 [µs] (peers: acquire+release)".into(),
+        "uncontended.worker_loop.p50",
+        Some("curator.mutex.uncontended.acquire_release.p50"),
+        None,
+        Goal::AtMostPeers(0.75),
+    ));
+    v.push(row(
+        "worker loop per iteration, mean over the window [µs]".into(),
+        "uncontended.worker_loop.mean",
+        None,
+        None,
+        Goal::None,
+    ));
     v.push(Row {
         label: "uncontended, raw create+delete p50 [µs] (Curator column: Java client)".into(),
         ours: "uncontended.raw_create_delete.p50".into(),
@@ -232,6 +248,13 @@ pub fn print(
                 )
             }
             Goal::AtMostBase(f) => (format!("≤ {f}x base"), ratio(b).map(|x| x <= f)),
+            Goal::AtMostPeers(f) => {
+                let peers: Vec<f64> = [ratio(c), ratio(k)].into_iter().flatten().collect();
+                (
+                    format!("≤ {f}x peers"),
+                    (!peers.is_empty()).then(|| peers.iter().all(|x| *x <= f)),
+                )
+            }
             Goal::Zero => ("0".into(), o.map(|o| o.max == 0.0)),
         };
         if let Some(m) = met {

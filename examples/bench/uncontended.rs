@@ -2,7 +2,7 @@
 //! pair `create(EPHEMERAL_SEQUENTIAL)` + `delete` with `zookeeper_client::Client`, and the
 //! FairLock's own protocol by hand with that client (create and list pipelined, then one
 //! multi set+delete). The three take turns, one operation each, so that background load hits
-//! them alike.
+//! them alike. Then the worker loop: `lock()`, drop the guard, `lock()` again, back to back.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -141,6 +141,29 @@ pub async fn run(cs: &str, root: &str, cfg: &Cfg, m: &mut Metrics) -> Res<()> {
         "requests",
     );
     m.put("uncontended.n", ours.len() as f64, "samples");
+
+    // The worker loop (issue 13, item 4): lock, drop the guard, lock again, on one session,
+    // back to back for the uncontended window. The drop sends the release before it returns,
+    // so the release and the next create reach the server together.
+    let (mut iters, r0, start) = (Samples::default(), session.request_count(), Instant::now());
+    let end = start + Duration::from_secs_f64(cfg.dur);
+    while Instant::now() < end {
+        let t = Instant::now();
+        drop(lock.lock().await?);
+        iters.add(t.elapsed());
+    }
+    let n = iters.len().max(1) as f64;
+    m.put("uncontended.worker_loop.p50", iters.pct(50.0), "us");
+    m.put(
+        "uncontended.worker_loop.mean",
+        start.elapsed().as_secs_f64() * 1e6 / n,
+        "us",
+    );
+    m.put(
+        "uncontended.worker_loop.requests_per_iteration",
+        (session.request_count() - r0) as f64 / n,
+        "requests",
+    );
     drop(lock);
     session.close().await;
     Ok(())

@@ -515,7 +515,11 @@ impl Drop for Holding {
         let gate = self.gate.clone();
         self.lost.cancel();
         let session = self.session.clone();
-        self.session.spawn_tracked(async move {
+        // Sent before `drop` returns: a worker loop (lock, work, drop the guard, lock again on
+        // the same session) has its release and its next create queued back to back, which
+        // the server answers in order and commits in one log sync. Safe whatever the order:
+        // the next node queues behind this one until it is gone.
+        self.session.spawn_tracked_sent(async move {
             match release_retrying(&session, &epoch, &path, mark, verify, &gate, monitor).await {
                 Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
                 Err(err) => tracing::warn!(path, %err, "release on drop failed; the node goes with the session"),
