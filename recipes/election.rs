@@ -457,7 +457,8 @@ impl Leadership {
     ///
     /// # Cancel safety
     ///
-    /// Once called, the delete is sent even if the future is dropped.
+    /// As [`LockGuard::release`](crate::LockGuard::release): once polled, the release runs to
+    /// its end even if this future is dropped.
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
     }

@@ -193,9 +193,18 @@ impl ExclusiveLock {
                 .map_err(|err| Error::zk("create", path, err))?;
             // No other create at this path is in flight in this process while we hold this;
             // if the future is dropped, the undo guard keeps it until the cleanup is done.
-            let serial = tokio::select! {
-                g = self.session.serialize_path(path) => g,
-                _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
+            let serial = if try_only {
+                // Something of this session is creating, deciding or releasing here: the
+                // node is (or may still be) there.
+                match self.session.try_serialize_path(path) {
+                    Some(g) => g,
+                    None => return Err(Error::WouldBlock),
+                }
+            } else {
+                tokio::select! {
+                    g = self.session.serialize_path(path) => g,
+                    _ = sleep_until(deadline) => return Err(Error::Timeout),
+                }
             };
             let mut undo = Abandoned::fixed(&self.session, &epoch, path, serial);
             // Only our session may write the node's data or ACL (see `Epoch::contender_acls`).

@@ -385,7 +385,7 @@ macro_rules! guard_core {
             ///
             /// # Cancel safety
             ///
-            /// Once called, the release request is sent even if the future is dropped.
+            /// As [`LockGuard::release`]: once polled, the release runs to its end.
             pub async fn release(self) -> Result<()> {
                 self.guard.release().await
             }

@@ -169,7 +169,9 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Once called, the release request is sent even if the future is dropped.
+    /// Cancel safe: once polled, the release runs to its end (retried after a connection
+    /// blip) in a task tracked by the session, even if this future is dropped; only its
+    /// outcome is lost (it is logged).
     pub async fn release(self) -> Result<()> {
         self.holding.release().await
     }

@@ -1211,6 +1211,20 @@ impl Session {
     /// by our session and claimed by nobody can only be the orphan of the create whose
     /// outcome is being decided.
     pub(crate) async fn serialize_path(&self, path: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.path_mutex(path).lock_owned().await
+    }
+
+    /// [`serialize_path`](Self::serialize_path) without waiting: `None` while something else
+    /// of this session creates, decides or releases at `path` (`try_lock` answers
+    /// `WouldBlock` then rather than wait, say, behind a release waiting for a reconnect).
+    pub(crate) fn try_serialize_path(
+        &self,
+        path: &str,
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.path_mutex(path).try_lock_owned().ok()
+    }
+
+    fn path_mutex(&self, path: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mutex = {
             let mut locks = self.shared.path_locks.lock().unwrap();
             if locks.len() > 64 {
@@ -1225,7 +1239,7 @@ impl Session {
                 }
             }
         };
-        mutex.lock_owned().await
+        mutex
     }
 
     /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it.

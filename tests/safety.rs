@@ -647,6 +647,39 @@ async fn a_late_simple_lock_release_never_deletes_a_node_of_its_own_session() {
     s.close().await;
 }
 
+/// Given a simple-lock holder whose `release()` is cancelled half-way (a timeout drops the
+/// future while the release's read is held up in the network), then the release still runs
+/// to its end: the node goes, and another session takes the lock (before the fix the
+/// guard counted as released, nothing deleted the node, and the lock stayed held until the
+/// session ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_still_releases() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let other = session().await;
+    let path = format!("{}/simple", unique_root("cancelled-release"));
+    let guard = ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(1),
+        FaultAction::Stall(Duration::from_millis(600)),
+    ));
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), guard.release()).await;
+    assert!(
+        cancelled.is_err(),
+        "the release was not held up: {cancelled:?}"
+    );
+    let next = tokio::time::timeout(
+        Duration::from_secs(3),
+        ExclusiveLock::new(&other, &path).unwrap().lock(),
+    )
+    .await
+    .expect("the lock stayed held after a cancelled release")
+    .unwrap();
+    next.release().await.unwrap();
+    s.close().await;
+    other.close().await;
+}
+
 /// Given a simple-lock holder cut off from the server, when it releases (its request waits in
 /// the client for the reconnect) while an administrator deletes its node and another session
 /// takes the lock, then the release, sent after the reconnect, leaves the new holder's node

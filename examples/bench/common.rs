@@ -357,3 +357,16 @@ pub fn cpu_us() -> f64 {
         tv(ru.ru_utime) + tv(ru.ru_stime)
     }
 }
+
+/// This process's resident set size now, in bytes (`VmRSS` of `/proc/self/status`; 0 where
+/// there is none).
+pub fn rss_bytes() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb * 1024.0)
+}

@@ -67,6 +67,8 @@ struct DrainRun {
     handoff_requests: u64,
     packets: f64,
     fired: f64,
+    /// Growth of the process's resident memory while the waiters queued, per waiter.
+    rss_per_waiter: f64,
 }
 
 async fn drain_once(
@@ -81,6 +83,7 @@ async fn drain_once(
     let gate = FairLock::new(gate_session, path)?;
     let g0 = gate.lock().await?;
     let q0 = requests(sessions);
+    let rss0 = rss_bytes();
     let mut tasks = Vec::with_capacity(n);
     for i in 0..n {
         let lock = FairLock::new(&sessions[i % sessions.len()], path)?;
@@ -109,6 +112,7 @@ async fn drain_once(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_per_waiter = (rss_bytes() - rss0) / n as f64;
     let q1 = requests(sessions);
     let mm0 = mntr(cs);
     let c0 = cpu_us();
@@ -134,6 +138,7 @@ async fn drain_once(
         handoff_requests: requests(sessions) - q1,
         packets: d("zk_packets_received"),
         fired: FIRED_KEYS.iter().map(|k| d(k)).sum(),
+        rss_per_waiter,
     })
 }
 
@@ -305,6 +310,11 @@ pub async fn run(
         &format!("{p}.raw_chain.client_cpu_per_handoff"),
         chain_cpu / k,
         "us",
+    );
+    m.put(
+        &format!("{p}.client_rss_per_waiter"),
+        run.rss_per_waiter,
+        "bytes",
     );
     m.put(
         &format!("{p}.queue_requests_per_waiter"),

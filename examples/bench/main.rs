@@ -43,6 +43,7 @@ mod contended;
 mod drain;
 mod herd;
 mod peers;
+mod scale;
 mod summary;
 mod uncontended;
 
@@ -54,6 +55,8 @@ use zk_recipes::testing::{ServerOptions, ZooKeeperServer};
 use crate::common::*;
 
 const SECTIONS: &[&str] = &["uncontended", "contended", "drain", "herd", "rw", "peers"];
+/// Sections run only when asked for with `--sections`.
+const EXTRA_SECTIONS: &[&str] = &["scale"];
 
 const HELP: &str = "\
 usage: cargo run --release --features testing --example bench -- [options]
@@ -73,6 +76,8 @@ usage: cargo run --release --features testing --example bench -- [options]
   --chain-multi         in the drain section, also a raw chain whose links release with our
                         multi (set_data + delete): the server's share of our release
   --herd N              waiters in the herd section (default 50, as PeerBench)
+  --scale-locks N       locks held by one session in the scale section (default 10000;
+                        the section runs only when named: --sections scale)
 
 env: ZK_CONNECT=host:port use that ZooKeeper instead of starting one (server settings unknown)
      PEER_BENCH=path/run.sh the peers' script (default: ../shared/bench/peers/run.sh)
@@ -92,6 +97,7 @@ pub struct Cfg {
     pub drain_sessions: usize,
     pub chain_multi: bool,
     pub herd: usize,
+    pub scale_locks: usize,
 }
 
 impl Cfg {
@@ -135,6 +141,7 @@ impl Cfg {
             drain_sessions: 50,
             chain_multi: false,
             herd: 50,
+            scale_locks: 10_000,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -162,15 +169,21 @@ impl Cfg {
                 "--drain-sessions" => cfg.drain_sessions = value()?.parse::<usize>()?.max(1),
                 "--chain-multi" => cfg.chain_multi = true,
                 "--herd" => cfg.herd = value()?.parse::<usize>()?.max(1),
+                "--scale-locks" => cfg.scale_locks = value()?.parse::<usize>()?.max(1),
                 other => return Err(format!("unknown argument {other:?}\n\n{HELP}").into()),
             }
         }
         if let Some(s) = cfg
             .sections
             .iter()
-            .find(|s| !SECTIONS.contains(&s.as_str()))
+            .find(|s| !SECTIONS.contains(&s.as_str()) && !EXTRA_SECTIONS.contains(&s.as_str()))
         {
-            return Err(format!("unknown section {s:?}; sections: {}", SECTIONS.join(",")).into());
+            return Err(format!(
+                "unknown section {s:?}; sections: {}, and on request {}",
+                SECTIONS.join(","),
+                EXTRA_SECTIONS.join(",")
+            )
+            .into());
         }
         if !["yes", "no"].contains(&cfg.fsync.as_str()) {
             return Err(format!("--fsync {:?}: use yes or no", cfg.fsync).into());
@@ -224,6 +237,9 @@ async fn ours(cs: &str, cfg: &Cfg, round: usize) -> Res<Metrics> {
     if cfg.has("rw") {
         contended::rw(cs, &root, cfg, 8, 0, &mut m).await?;
         contended::rw(cs, &root, cfg, 8, 2, &mut m).await?;
+    }
+    if cfg.has("scale") {
+        scale::run(cs, &root, cfg, &mut m).await?;
     }
     Ok(m)
 }

@@ -463,19 +463,8 @@ impl Holding {
             self.unclaim();
             return Err(Error::LockLost(LossReason::SessionExpired));
         };
-        let verify = self.verify_czxid.then_some(self.czxid);
-        let result = release_retrying(
-            &self.session,
-            &epoch,
-            &self.path,
-            self.mark_release,
-            verify,
-            &self.gate,
-            monitor,
-        )
-        .await;
-        self.lost.cancel();
-        self.unclaim();
+        let outcome = self.start_release(epoch, monitor);
+        let result = outcome.await.unwrap_or(Err(zk::Error::ClientClosed));
         match result {
             Ok(()) => Ok(()),
             Err(zk::Error::NoNode) => Err(Error::LockLost(LossReason::NodeDeleted)),
@@ -507,27 +496,63 @@ impl Drop for Holding {
             self.unclaim();
             return;
         };
-        let unclaim = std::mem::take(&mut self.claimed).then(|| (self.session.clone(), self.czxid));
-        let path = self.path.clone();
         let monitor = self.monitor.take();
-        let mark = self.mark_release;
-        let verify = self.verify_czxid.then_some(self.czxid);
-        let gate = self.gate.clone();
         self.lost.cancel();
-        let session = self.session.clone();
-        // Sent before `drop` returns: a worker loop (lock, work, drop the guard, lock again on
-        // the same session) has its release and its next create queued back to back, which
-        // the server answers in order and commits in one log sync. Safe whatever the order:
-        // the next node queues behind this one until it is gone.
-        self.session.spawn_tracked_sent(async move {
-            match release_retrying(&session, &epoch, &path, mark, verify, &gate, monitor).await {
-                Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released on drop"),
-                Err(err) => tracing::warn!(path, %err, "release on drop failed; the node goes with the session"),
-            }
-            if let Some((session, czxid)) = unclaim {
+        // Nobody waits for the outcome: the task logs it.
+        drop(self.start_release(epoch, monitor));
+    }
+}
+
+impl Holding {
+    /// Starts the release of our node in a task of its own, tracked by the session (`close`
+    /// waits for it), and returns the receiver of its outcome. When the task is done it
+    /// cancels `lost` and gives up the czxid's claim; if nobody waits for the outcome (a
+    /// dropped guard, or a `release()` future dropped half-way) it logs it.
+    ///
+    /// In a task, so that dropping a `release()` future cannot stop it half-way: the simple
+    /// lock reads its node before it writes, and a release abandoned between the two would
+    /// leave the node, and the lock, held until the session ends. Polled once in place
+    /// ([`Session::spawn_tracked_sent`]): a queue node's release (set + delete, or delete) is
+    /// queued on the session before this returns, so a worker loop (lock, work, drop the
+    /// guard, lock again on the same session) has its release and its next create sent back
+    /// to back, which the server answers in order and commits in one log sync. Safe whatever
+    /// the order: the next node queues behind this one until it is gone. (The simple lock's
+    /// first request is its read; its write follows the read's answer.)
+    fn start_release(
+        &mut self,
+        epoch: Arc<Epoch>,
+        monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
+    ) -> tokio::sync::oneshot::Receiver<std::result::Result<(), zk::Error>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let unclaim = std::mem::take(&mut self.claimed).then_some(self.czxid);
+        let (session, path, gate, lost) = (
+            self.session.clone(),
+            self.path.clone(),
+            self.gate.clone(),
+            self.lost.clone(),
+        );
+        let (mark, verify) = (self.mark_release, self.verify_czxid.then_some(self.czxid));
+        let task = async move {
+            let result =
+                release_retrying(&session, &epoch, &path, mark, verify, &gate, monitor).await;
+            lost.cancel();
+            if let Some(czxid) = unclaim {
                 session.unclaim(czxid);
             }
-        });
+            if let Err(result) = tx.send(result) {
+                match result {
+                    Ok(()) | Err(zk::Error::NoNode) => {
+                        tracing::debug!(path, "released in the background")
+                    }
+                    Err(err) => {
+                        tracing::warn!(path, %err, "release failed; the node goes with the session")
+                    }
+                }
+            }
+        };
+        self.session
+            .spawn_tracked_sent(tracing::Instrument::in_current_span(task));
+        rx
     }
 }
 

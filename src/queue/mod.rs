@@ -15,7 +15,7 @@
 //!    (the server reaps them once empty) and the pair is sent again.
 //! 2. **Who blocks us.** A [`Rule`] says which lower nodes block us: all of them (exclusive
 //!    lock, writer, election), the lower writers (reader), or "at least `permits` of them"
-//!    (semaphore). Lower sequence numbers never reappear, so the snapshot we read can only
+//!    (semaphore). Lower sequence numbers never reappear, so what we read below us can only
 //!    shrink: we never need to list again to learn about *new* blockers.
 //! 3. **No herd.** We watch the nearest blocker with an `exists` watch, plus our own node (to
 //!    notice it being deleted by someone else). A semaphore waiter with exactly `permits`
@@ -142,16 +142,9 @@ impl Rule {
         }
     }
 
-    /// Given the lower members (ascending), the nodes to watch: none when granted. One node
-    /// (the nearest blocker) for locks, writers, readers and elections. A semaphore waiter
-    /// with exactly `permits` members below is the head of the queue and watches all of them
-    /// (each is a holder: whichever leaves first frees the permit it needs); one further back
-    /// watches only its predecessor, which bumps its node's version when it is granted (see
-    /// `Waiter::grant_if_first`) so the waiter behind becomes the head. Each release thus
-    /// wakes the head alone, whatever the order holders leave in.
     /// The members below us that a waiter keeps (`lower`: all of them, ascending), and
     /// whether some were left out. A waiter needs only the nearest ones: its watch target and
-    /// the few it may walk back to. Keeping every member below would cost O(N) memory per
+    /// the one or two it may walk back to when `arm` finds a target gone already. Keeping every member below would cost O(N) memory per
     /// waiter, O(N²) for a queue of N, and the k-th hand-off would free k parsed names.
     /// Kept: the nearest [`WINDOW`] for an exclusive rule; the nearest `WINDOW` writers for a
     /// reader (lower readers never block it); the nearest `permits + 1` for a semaphore
@@ -171,6 +164,13 @@ impl Rule {
         (lower, cut > 0)
     }
 
+    /// Given the lower members (ascending), the nodes to watch: none when granted. One node
+    /// (the nearest blocker) for locks, writers, readers and elections. A semaphore waiter
+    /// with exactly `permits` members below is the head of the queue and watches all of them
+    /// (each is a holder: whichever leaves first frees the permit it needs); one further back
+    /// watches only its predecessor, which bumps its node's version when it is granted (see
+    /// `Waiter::grant_if_first`) so the waiter behind becomes the head. Each release thus
+    /// wakes the head alone, whatever the order holders leave in.
     pub(crate) fn watch_targets(self, lower: &[NodeName]) -> Vec<NodeName> {
         match self {
             Rule::Exclusive => lower.last().cloned().into_iter().collect(),
@@ -189,8 +189,9 @@ impl Rule {
 }
 
 /// How many of the nearest blocking members below it a waiter keeps (see [`Rule::window`]).
-/// Small on purpose: the walk-back re-lists after a miss or two anyway, and the model test's
-/// queues of three to five contenders then cross the cut often.
+/// Small on purpose: a plain deletion of the watched node re-lists anyway (see
+/// `Waiter::gone`), the walk-back of `arm` re-lists after three misses in a row, and the model
+/// test's queues of three to five contenders then cross the cut often.
 pub(crate) const WINDOW: usize = 2;
 
 /// How an acquire waits.
@@ -230,10 +231,11 @@ impl QueueSpec {
         self.rule.watch_targets(lower)
     }
 
-    /// Whether to re-list, rather than walk back, once `gone` has left. A semaphore waiter
-    /// must (other leases may have gone too). So does a waiter behind a reader: readers leave
-    /// in any order, so the ones below are likely gone as well, and one listing beats an
-    /// `exists` per departed reader. Below an exclusive node, walking back is one `exists`.
+    /// Whether to re-list once `gone` has left, even if it was the last member we know of
+    /// below us. A semaphore waiter must (other leases may have gone too). So does a waiter
+    /// behind a reader: readers leave in any order, so the ones below are likely gone as
+    /// well. After an exclusive node that was the last one below, confirming our own node
+    /// is enough (see `Waiter::gone`).
     fn relist_after(&self, gone: &NodeName) -> bool {
         matches!(self.rule, Rule::Permits(_)) || !holds_alone(gone.kind)
     }
