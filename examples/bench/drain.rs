@@ -69,6 +69,8 @@ struct DrainRun {
     fired: f64,
     /// Growth of the process's resident memory while the waiters queued, per waiter.
     rss_per_waiter: f64,
+    /// Time for every waiter to queue (create, list, two watches each).
+    fill_secs: f64,
 }
 
 async fn drain_once(
@@ -103,10 +105,15 @@ async fn drain_once(
     }
     // Queued: every waiter has sent create + list + its two exists, every node is listed,
     // and the replies have had time to arrive.
-    wait_until(Duration::from_secs(120), "the waiters to queue", || {
+    // Every waiter lists the directory when it enters, so queueing N waiters reads N²/2
+    // names in all (Curator and kazoo do the same): allow for it.
+    let fill = Instant::now();
+    let limit = Duration::from_secs(120).max(Duration::from_millis(60) * n as u32);
+    wait_until(limit, "the waiters to queue", || {
         requests(sessions) - q0 >= 4 * n as u64
     })
     .await?;
+    let fill_secs = fill.elapsed().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(60);
     while count_children(observer, path).await < n + 1 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -139,6 +146,7 @@ async fn drain_once(
         packets: d("zk_packets_received"),
         fired: FIRED_KEYS.iter().map(|k| d(k)).sum(),
         rss_per_waiter,
+        fill_secs,
     })
 }
 
@@ -311,6 +319,7 @@ pub async fn run(
         chain_cpu / k,
         "us",
     );
+    m.put(&format!("{p}.queue_fill"), run.fill_secs, "s");
     m.put(
         &format!("{p}.client_rss_per_waiter"),
         run.rss_per_waiter,

@@ -223,7 +223,8 @@ pub fn print(
         let b = r.base.as_deref().and_then(|k| stat(ours, k));
         let c = r.curator.as_deref().and_then(|k| stat(peers, k));
         let k = r.kazoo.as_deref().and_then(|k| stat(peers, k));
-        if r.base.is_some() && b.is_none() {
+        // A section that did not run (say `--sections drain`): no row.
+        if o.is_none() || (r.base.is_some() && b.is_none()) {
             continue;
         }
         // A ratio of two zeros (violations) says nothing.

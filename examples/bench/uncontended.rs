@@ -145,6 +145,7 @@ pub async fn run(cs: &str, root: &str, cfg: &Cfg, m: &mut Metrics) -> Res<()> {
     // The worker loop (issue 13, item 4): lock, drop the guard, lock again, on one session,
     // back to back for the uncontended window. The drop sends the release before it returns,
     // so the release and the next create reach the server together.
+    let f0 = mntr_get(&mntr(cs), "zk_cnt_fsynctime");
     let (mut iters, r0, start) = (Samples::default(), session.request_count(), Instant::now());
     let end = start + Duration::from_secs_f64(cfg.dur);
     while Instant::now() < end {
@@ -158,6 +159,14 @@ pub async fn run(cs: &str, root: &str, cfg: &Cfg, m: &mut Metrics) -> Res<()> {
         "uncontended.worker_loop.mean",
         start.elapsed().as_secs_f64() * 1e6 / n,
         "us",
+    );
+    // The server's transaction-log syncs (mntr's zk_cnt_fsynctime; only our session writes
+    // meanwhile): 1 per iteration when the release and the next create share a sync, 2 when
+    // they do not.
+    m.put(
+        "uncontended.worker_loop.fsyncs_per_iteration",
+        (mntr_get(&mntr(cs), "zk_cnt_fsynctime") - f0) / n,
+        "fsyncs",
     );
     m.put(
         "uncontended.worker_loop.requests_per_iteration",

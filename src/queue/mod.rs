@@ -144,8 +144,9 @@ impl Rule {
 
     /// The members below us that a waiter keeps (`lower`: all of them, ascending), and
     /// whether some were left out. A waiter needs only the nearest ones: its watch target and
-    /// the one or two it may walk back to when `arm` finds a target gone already. Keeping every member below would cost O(N) memory per
-    /// waiter, O(N²) for a queue of N, and the k-th hand-off would free k parsed names.
+    /// the one it may walk back to when `arm` finds a target gone already. Keeping every
+    /// member below would cost O(N) memory per waiter, O(N²) for a queue of N, and the k-th
+    /// hand-off would free k parsed names.
     /// Kept: the nearest [`WINDOW`] for an exclusive rule; the nearest `WINDOW` writers for a
     /// reader (lower readers never block it); the nearest `permits + 1` for a semaphore
     /// (enough to tell the head of the queue, which watches `permits` nodes, from a waiter
