@@ -129,6 +129,23 @@ pub enum Error {
     /// write lock, which would deadlock two upgrading readers).
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
+
+    /// A lock's directory holds so many contenders that one listing of it is larger than
+    /// ZooKeeper's default `jute.maxbuffer` (1 MB less one byte), the largest reply its Java
+    /// client accepts: Curator and zkCli would fail to list it and reconnect again and again.
+    /// Refused when we enter the queue (about 18,000 Curator-named contenders); our node was
+    /// removed before this error was returned. Spread the work over several lock paths.
+    #[error("{path} has {contenders} contenders: one listing of it ({bytes} bytes) exceeds ZooKeeper's default jute.maxbuffer ({limit} bytes), which Java clients on this path cannot read; our node was removed; spread the work over several lock paths")]
+    TooManyContenders {
+        /// The lock's directory.
+        path: String,
+        /// Children of the directory, ours included.
+        contenders: usize,
+        /// Size of the listing's reply, as the Java client counts it.
+        bytes: usize,
+        /// The limit it exceeds.
+        limit: usize,
+    },
 }
 
 /// Why a lock, lease or leadership was lost.

@@ -252,6 +252,70 @@ async fn an_empty_window_with_members_cut_off_below_is_not_a_grant() {
     c.close().await;
 }
 
+/// A lock directory whose listing would not fit ZooKeeper's default `jute.maxbuffer` (1 MB
+/// less one byte, the largest reply Curator and zkCli read) is refused with a typed error when a
+/// contender enters, at once, and the contender's node is removed. Just under the limit the
+/// lock is granted as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_too_large_to_list_is_refused_with_a_typed_error() {
+    use zk_recipes::zk;
+    let root = unique_root("too-many");
+    let filler = raw().await;
+    filler
+        .mkdir(
+            &root,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    // Names of 199 bytes: each costs 203 bytes of the listing.
+    let fill = |from: usize, to: usize| {
+        let (filler, root, ephemeral) = (&filler, &root, &ephemeral);
+        async move {
+            for chunk in (from..to).collect::<Vec<_>>().chunks(500) {
+                let names: Vec<String> = chunk
+                    .iter()
+                    .map(|i| format!("{root}/filler-{i:05}-{}", "x".repeat(186)))
+                    .collect();
+                let creates = names.iter().map(|name| filler.create(name, b"", ephemeral));
+                for r in futures::future::join_all(creates).await {
+                    r.expect("create a filler node");
+                }
+            }
+        }
+    };
+    let s = session().await;
+    let lock = FairLock::new(&s, &root).unwrap();
+    // 5,100 fillers and our node: a listing of about 1,035,000 bytes.
+    fill(0, 5100).await;
+    let g = tokio::time::timeout(Duration::from_secs(20), lock.lock())
+        .await
+        .expect("lock() hung under the limit")
+        .expect("granted under the limit");
+    g.release().await.unwrap();
+    // 5,170: about 1,049,600 bytes, over the limit.
+    fill(5100, 5170).await;
+    let refused = tokio::time::timeout(Duration::from_secs(20), lock.lock())
+        .await
+        .expect("lock() hung over the limit");
+    match refused {
+        Err(Error::TooManyContenders {
+            contenders, bytes, ..
+        }) => {
+            assert_eq!(contenders, 5171, "fillers and our node");
+            assert!(bytes > 0xfffff, "{bytes} bytes");
+        }
+        other => panic!("expected TooManyContenders, got {other:?}"),
+    }
+    assert_eq!(
+        filler.list_children(&root).await.unwrap().len(),
+        5170,
+        "our node stayed behind"
+    );
+    s.close().await;
+}
+
 fn mntr_u64(server: &ZooKeeperServer, key: &str) -> u64 {
     let m = server.mntr().expect("mntr");
     m.get(key)

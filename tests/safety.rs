@@ -529,82 +529,20 @@ async fn a_grant_answered_after_the_epoch_ended_requeues() {
 /// is also at version 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_simple_lock_release_never_deletes_the_next_holders_node() {
-    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
-    let other = session().await;
-    let path = format!("{}/simple", unique_root("late-release"));
-    let lock = ExclusiveLock::new(&s, &path).unwrap();
-    let guard = lock.lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    proxy.arm(Fault::new(
-        FaultPoint::BeforeReply(1),
-        FaultAction::Stall(Duration::from_millis(600)),
-    ));
-    let releasing = tokio::spawn(guard.release());
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    // The administrator deletes the holder's node (if still there), and another session
-    // takes the lock at once.
-    let admin = raw().await;
-    let _ = admin.delete(&path, None).await;
-    let next = tokio::time::timeout(
-        Duration::from_secs(5),
-        ExclusiveLock::new(&other, &path).unwrap().lock(),
-    )
-    .await
-    .expect("the next holder waited")
-    .unwrap();
-    let _ = tokio::time::timeout(Duration::from_secs(10), releasing).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let stat = admin.check_stat(&path).await.unwrap();
-    assert_eq!(
-        stat.map(|st| st.czxid),
-        Some(next.fencing_token()),
-        "the next holder's node was deleted by the late release"
-    );
-    assert!(!next.is_lost(), "next holder told {:?}", next.loss_reason());
-    next.release().await.unwrap();
-    s.close().await;
-    other.close().await;
+    late_release_leaves_the_next_holder_alone("late-release", FaultPoint::BeforeReply(1), false)
+        .await;
 }
 
 /// The same with the release's request held up on its way to the server (seed 1812 of the
 /// model): a delete sent blind, at version 0, would land on the newcomer's node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simple_lock_release_delayed_on_its_way_never_deletes_the_next_holders_node() {
-    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
-    let other = session().await;
-    let path = format!("{}/simple", unique_root("delayed-release"));
-    let lock = ExclusiveLock::new(&s, &path).unwrap();
-    let guard = lock.lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    proxy.arm(Fault::new(
+    late_release_leaves_the_next_holder_alone(
+        "delayed-release",
         FaultPoint::BeforeRequest(1),
-        FaultAction::Stall(Duration::from_millis(600)),
-    ));
-    let releasing = tokio::spawn(guard.release());
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    // The administrator deletes the holder's node (if still there), and another session
-    // takes the lock at once.
-    let admin = raw().await;
-    let _ = admin.delete(&path, None).await;
-    let next = tokio::time::timeout(
-        Duration::from_secs(5),
-        ExclusiveLock::new(&other, &path).unwrap().lock(),
+        false,
     )
-    .await
-    .expect("the next holder waited")
-    .unwrap();
-    let _ = tokio::time::timeout(Duration::from_secs(10), releasing).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let stat = admin.check_stat(&path).await.unwrap();
-    assert_eq!(
-        stat.map(|st| st.czxid),
-        Some(next.fencing_token()),
-        "the next holder's node was deleted by the late release"
-    );
-    assert!(!next.is_lost(), "next holder told {:?}", next.loss_reason());
-    next.release().await.unwrap();
-    s.close().await;
-    other.close().await;
+    .await;
 }
 
 /// The same with the next holder on the holder's own session (seed 1067 of the model, found
@@ -613,22 +551,38 @@ async fn a_simple_lock_release_delayed_on_its_way_never_deletes_the_next_holders
 /// delete at version 0 then passed the node's ACL (same session) and removed the newcomer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_simple_lock_release_never_deletes_a_node_of_its_own_session() {
+    late_release_leaves_the_next_holder_alone(
+        "late-release-same-session",
+        FaultPoint::BeforeReply(1),
+        true,
+    )
+    .await;
+}
+
+/// A simple-lock holder releases while `point` (its read's request or reply) is stalled 600
+/// ms; meanwhile an administrator deletes its node and the next holder (on the holder's own
+/// session, or another) takes the lock. The next holder's node must survive the late release.
+async fn late_release_leaves_the_next_holder_alone(name: &str, point: FaultPoint, same: bool) {
     let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
-    let path = format!("{}/simple", unique_root("late-release-same-session"));
+    let other = session().await;
+    let path = format!("{}/simple", unique_root(name));
     let guard = ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap();
     let first = guard.fencing_token();
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.arm(Fault::new(
-        FaultPoint::BeforeReply(1),
+        point,
         FaultAction::Stall(Duration::from_millis(600)),
     ));
     let releasing = tokio::spawn(guard.release());
     tokio::time::sleep(Duration::from_millis(150)).await;
+    // The administrator deletes the holder's node (if still there), and the next holder
+    // takes the lock at once.
     let admin = raw().await;
-    admin.delete(&path, None).await.unwrap();
+    let _ = admin.delete(&path, None).await;
+    let next_session = if same { &s } else { &other };
     let next = tokio::time::timeout(
         Duration::from_secs(5),
-        ExclusiveLock::new(&s, &path).unwrap().lock(),
+        ExclusiveLock::new(next_session, &path).unwrap().lock(),
     )
     .await
     .expect("the next holder waited")
@@ -645,6 +599,7 @@ async fn a_late_simple_lock_release_never_deletes_a_node_of_its_own_session() {
     assert!(!next.is_lost(), "next holder told {:?}", next.loss_reason());
     next.release().await.unwrap();
     s.close().await;
+    other.close().await;
 }
 
 /// Given a simple-lock holder whose `release()` is cancelled half-way (a timeout drops the

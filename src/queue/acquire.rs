@@ -284,6 +284,16 @@ impl<'a> Waiter<'a> {
             blips: 0,
             waited: false,
         };
+        let bytes = listing_bytes(&children);
+        if bytes > LISTING_LIMIT {
+            let err = Error::TooManyContenders {
+                path: spec.dir.clone(),
+                contenders: children.len(),
+                bytes,
+                limit: LISTING_LIMIT,
+            };
+            return Err(waiter.withdraw(err).await);
+        }
         match waiter.check_kind(&children, dir_data).await {
             Ok(()) => {}
             Err(KindCheck::Conflict(err)) => return Err(waiter.withdraw(err).await),
@@ -714,6 +724,16 @@ fn describe_kind(kind: NodeKind) -> &'static str {
         NodeKind::Latch => "a leader election (latch nodes)",
         NodeKind::Lease => "a semaphore (lease nodes)",
     }
+}
+
+/// The largest reply ZooKeeper's Java client reads (`jute.maxbuffer`, default `0xfffff`): a
+/// directory whose listing is larger cannot be listed by Curator or zkCli.
+pub(crate) const LISTING_LIMIT: usize = 0xfffff;
+
+/// The size of a `getChildren` reply listing `children`, as the Java client counts it: the
+/// reply header (16 bytes), the vector's length (4), and each name with its length (4).
+fn listing_bytes(children: &[String]) -> usize {
+    20 + children.iter().map(|c| 4 + c.len()).sum::<usize>()
 }
 
 /// The members of `children` below `me`, ascending, cut to the rule's window (see
