@@ -453,6 +453,7 @@ async fn hand_off_cost_is_constant() {
         let lock = FairLock::new(&waiters_s, &root).unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
+        let queued_from = waiters_s.request_count();
         for _ in 0..n {
             let (lock, tx) = (lock.clone(), tx.clone());
             tasks.push(tokio::spawn(async move {
@@ -474,7 +475,20 @@ async fn hand_off_cost_is_constant() {
             n + 1,
             "not all {n} waiters queued"
         );
-        tokio::time::sleep(Duration::from_millis(300)).await; // let every waiter set its watches
+        // Every waiter sends 4 requests to queue (create, list, the watches on its predecessor
+        // and on its own node): wait for all of them (a fixed pause was too short on a busy
+        // server), then for their replies.
+        for _ in 0..600 {
+            if waiters_s.request_count() - queued_from >= 4 * n as u64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            waiters_s.request_count() - queued_from >= 4 * n as u64,
+            "the {n} waiters did not all set their watches within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let before = waiters_s.request_count();
         first.release().await.unwrap();
         // Nine hand-offs between the waiters, measured in the waiters' session: grant, release,
