@@ -1255,11 +1255,12 @@ impl Session {
     }
 
     /// Like [`spawn_tracked`](Self::spawn_tracked), but polls `fut` once right here first, so
-    /// that the requests it sends before its first await that waits (a release's write) are
-    /// queued on the session before anything the caller sends next: a guard dropped just
-    /// before the next `lock()` on the same session has its release ordered before that
-    /// acquire's create (see `Holding`'s `Drop`). Polling with a no-op waker is sound: the
-    /// spawned task polls again, and every future registers its waker on each poll.
+    /// that the requests it sends before its first await that waits (a queue node's release
+    /// write; the simple lock's read) are queued on the session before anything the caller
+    /// sends next: a guard dropped just before the next `lock()` on the same session has its
+    /// release ordered before that acquire's create (see `Holding::start_release`). Polling
+    /// with a no-op waker is sound: the spawned task polls again, and every future registers
+    /// its waker on each poll.
     pub(crate) fn spawn_tracked_sent<F>(&self, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
