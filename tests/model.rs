@@ -62,6 +62,8 @@
 //! 2. **Fencing.** For two holdings X and Y of which at least one is a lock, writer or leader,
 //!    if X ended (as recorded) no later than Y was granted, X's fencing token must be smaller
 //!    than Y's. (Two leases or two readers may be granted together and record in any order.)
+//!    A grant whose node the administrator had deleted before it was recorded never held (see
+//!    rule 1) and is left out: its token is old by construction.
 //! 3. **Told.** A holding whose node the observer saw disappear at `tD`, while it had not ended,
 //!    must end by `lost()` no later than `tD + LOSS_BOUND` (the session timeout plus a second:
 //!    one notification when connected, the `Grace` policy's deadline when not).
@@ -618,6 +620,20 @@ struct Rec {
 type Shared = Arc<Mutex<Rec>>;
 
 impl Rec {
+    /// A grant whose own node the administrator had already deleted (the delete answered
+    /// before the grant was recorded) never held: its create was answered after the delete
+    /// (held up in the network), and the guard is told lost at once (rule 3 judges that). Not
+    /// counted by rules 1 and 2. Seeds 2755 and 5819 (rule 1), 1067 (rule 2: its token, older
+    /// than a holding that came and went meanwhile, "went backwards").
+    fn never_held(&self, h: usize) -> bool {
+        let held = &self.holdings[h];
+        self.admin_deleted.contains(&held.token)
+            && self
+                .admin_deletes
+                .iter()
+                .any(|(path, _, answered)| *path == held.node && *answered <= held.granted)
+    }
+
     fn ms(&self, t: Instant) -> u128 {
         t.saturating_duration_since(self.t0).as_millis()
     }
@@ -1045,7 +1061,6 @@ fn grant(ctx: &Arc<Ctx>, me: usize, session: usize, kind: Kind, held: &Held) -> 
     // Rule 1.
     tokio::spawn({
         let ctx = ctx.clone();
-        let own = node.clone();
         async move {
             let mut live = Vec::new();
             for (i, k, node, token) in others {
@@ -1056,15 +1071,7 @@ fn grant(ctx: &Arc<Ctx>, me: usize, session: usize, kind: Kind, held: &Held) -> 
                 }
             }
             let mut r = lock(&ctx.rec);
-            // A grant whose own node the administrator had already deleted (answered before
-            // the grant was recorded) never held: its create and listing were answered before
-            // the delete, and the guard is told lost at once (rule 3 judges that). Seed 2755.
-            let granted_at = r.holdings[hid].granted;
-            let never_held = r.admin_deleted.contains(&token)
-                && r.admin_deletes
-                    .iter()
-                    .any(|(path, _, answered)| *path == own && *answered <= granted_at);
-            if never_held {
+            if r.never_held(hid) {
                 r.log(format!(
                     "holding #{hid}: its node was deleted by the administrator before the grant; not counted"
                 ));
@@ -1267,6 +1274,9 @@ fn final_checks(rec: &Shared) {
         for y in 0..n {
             let (hx, hy) = (&r.holdings[x], &r.holdings[y]);
             if x == y || !(hx.kind.exclusive() || hy.kind.exclusive()) {
+                continue;
+            }
+            if r.never_held(x) || r.never_held(y) {
                 continue;
             }
             if let Some((ex, _)) = hx.end {
