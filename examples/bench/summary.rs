@@ -239,23 +239,16 @@ pub fn print(
         if let Some(x) = ratio(k) {
             ratios.push(format!("{x:.2}x k"));
         }
+        // Met when the ratio to every peer measured passes `ok` (unknown without peers).
+        let against_peers = |ok: &dyn Fn(f64) -> bool| {
+            let peers: Vec<f64> = [ratio(c), ratio(k)].into_iter().flatten().collect();
+            (!peers.is_empty()).then(|| peers.iter().all(|x| ok(*x)))
+        };
         let (goal, met) = match r.goal {
             Goal::None => (String::new(), None),
-            Goal::AtLeastPeers(f) => {
-                let peers: Vec<f64> = [ratio(c), ratio(k)].into_iter().flatten().collect();
-                (
-                    format!("≥ {f}x peers"),
-                    (!peers.is_empty()).then(|| peers.iter().all(|x| *x >= f)),
-                )
-            }
+            Goal::AtLeastPeers(f) => (format!("≥ {f}x peers"), against_peers(&|x| x >= f)),
             Goal::AtMostBase(f) => (format!("≤ {f}x base"), ratio(b).map(|x| x <= f)),
-            Goal::AtMostPeers(f) => {
-                let peers: Vec<f64> = [ratio(c), ratio(k)].into_iter().flatten().collect();
-                (
-                    format!("≤ {f}x peers"),
-                    (!peers.is_empty()).then(|| peers.iter().all(|x| *x <= f)),
-                )
-            }
+            Goal::AtMostPeers(f) => (format!("≤ {f}x peers"), against_peers(&|x| x <= f)),
             Goal::Zero => ("0".into(), o.map(|o| o.max == 0.0)),
         };
         if let Some(m) = met {

@@ -399,14 +399,10 @@ impl<'a> Waiter<'a> {
             // Nothing blocks us in the window we kept, but members were below it: look again
             // (the listing also confirms our own node).
             match relist(&self.epoch, self.spec, &self.me).await {
-                Ok((lower, cut)) => {
-                    (self.lower, self.cut) = (lower, cut);
-                    self.confirmed = true;
-                }
+                Ok(listed) => self.listed(listed),
                 Err(zk::Error::NoNode) => return Ok(Some(self.node_deleted())),
                 Err(err) if is_unknown(&err) => {
-                    self.blips += 1;
-                    if self.epoch.lost_token().is_cancelled() || self.blips > 20 {
+                    if self.blipped_too_often() {
                         return Ok(Some(self.requeue()));
                     }
                 }
@@ -654,15 +650,11 @@ impl<'a> Waiter<'a> {
     /// A request failed with the outcome unknown. Requests sent while disconnected wait for
     /// the reconnect, so this does not spin: re-read the queue, or re-queue if the epoch ended.
     async fn blip(&mut self) -> Result<Armed> {
-        self.blips += 1;
-        if self.epoch.lost_token().is_cancelled() || self.blips > 20 {
+        if self.blipped_too_often() {
             return Ok(Armed::Done(self.requeue()));
         }
         match relist(&self.epoch, self.spec, &self.me).await {
-            Ok((lower, cut)) => {
-                (self.lower, self.cut) = (lower, cut);
-                self.confirmed = true;
-            }
+            Ok(listed) => self.listed(listed),
             Err(zk::Error::NoNode) => return Ok(Armed::Done(self.node_deleted())),
             Err(_) => {}
         }
@@ -672,9 +664,8 @@ impl<'a> Waiter<'a> {
     /// Re-reads the members below us. `Some` when the attempt is over (our node is gone).
     async fn relist(&mut self) -> Result<Option<Attempt>> {
         match relist(&self.epoch, self.spec, &self.me).await {
-            Ok((lower, cut)) => {
-                (self.lower, self.cut) = (lower, cut);
-                self.confirmed = true;
+            Ok(listed) => {
+                self.listed(listed);
                 Ok(None)
             }
             Err(err) if is_unknown(&err) => Ok(None),
@@ -682,6 +673,20 @@ impl<'a> Waiter<'a> {
             Err(zk::Error::NoNode) => Ok(Some(self.node_deleted())),
             Err(err) => Err(Error::zk("get_children", &self.spec.dir, err)),
         }
+    }
+
+    /// A listing was answered: keep its window, and our own node is confirmed (`relist`
+    /// checks that the listing contains it).
+    fn listed(&mut self, (lower, cut): (Vec<NodeName>, bool)) {
+        (self.lower, self.cut) = (lower, cut);
+        self.confirmed = true;
+    }
+
+    /// Counts a request whose outcome is unknown: `true` once the attempt should re-queue
+    /// (the epoch has ended, or the connection blipped too often).
+    fn blipped_too_often(&mut self) -> bool {
+        self.blips += 1;
+        self.epoch.lost_token().is_cancelled() || self.blips > 20
     }
 
     /// Gives up: removes our node before answering `err` (in the background, retried, if

@@ -475,35 +475,7 @@ impl Holding {
             Err(err) => Err(Error::zk("release", &self.path, err)),
         }
     }
-}
 
-impl Drop for Holding {
-    fn drop(&mut self) {
-        if !self.released && self.is_lost() {
-            self.lost_at_end = self.loss_reason();
-        }
-        crate::observe::hold_ended(self.kind, self.since.elapsed(), self.lost_at_end);
-        if self.released {
-            return;
-        }
-        self.stop_monitor.cancel();
-        if self.lost.is_cancelled() {
-            // Lost: the node is gone or not ours to delete any more.
-            self.unclaim();
-            return;
-        }
-        let Some(epoch) = self.epoch() else {
-            self.unclaim();
-            return;
-        };
-        let monitor = self.monitor.take();
-        self.lost.cancel();
-        // Nobody waits for the outcome: the task logs it.
-        drop(self.start_release(epoch, monitor));
-    }
-}
-
-impl Holding {
     /// Starts the release of our node in a task of its own, tracked by the session (`close`
     /// waits for it), and returns the receiver of its outcome. When the task is done it
     /// cancels `lost` and gives up the czxid's claim; if nobody waits for the outcome (a
@@ -555,6 +527,32 @@ impl Holding {
         self.session
             .spawn_tracked_sent(tracing::Instrument::in_current_span(task));
         rx
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        if !self.released && self.is_lost() {
+            self.lost_at_end = self.loss_reason();
+        }
+        crate::observe::hold_ended(self.kind, self.since.elapsed(), self.lost_at_end);
+        if self.released {
+            return;
+        }
+        self.stop_monitor.cancel();
+        if self.lost.is_cancelled() {
+            // Lost: the node is gone or not ours to delete any more.
+            self.unclaim();
+            return;
+        }
+        let Some(epoch) = self.epoch() else {
+            self.unclaim();
+            return;
+        };
+        let monitor = self.monitor.take();
+        self.lost.cancel();
+        // Nobody waits for the outcome: the task logs it.
+        drop(self.start_release(epoch, monitor));
     }
 }
 
