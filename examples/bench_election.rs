@@ -13,19 +13,28 @@
 //! (`tickTime=500`, ZooKeeper's default `forceSync=yes`). Each side runs `--candidates`
 //! candidates (default 3), one session each (4 s timeout), connected straight to the server,
 //! on its own path. Every round waits until all candidates have their nodes (and 5 ms more,
-//! so that every watch is set), then:
+//! so that every watch is set: 5 ms idle, as long as the raw pairs idle before their delete,
+//! since after a longer pause the machine answers more slowly), then the leader resigns. With
+//! `--spy`, a bare `zookeeper_client` session sets an `exists` watch on the leader's node
+//! first (and 5 ms pass again): when it hears of the resignation splits the failover into the
+//! server's and network's share and our client's. It costs the server one more notification
+//! per failover, so it is off by default.
 //!
 //! * **clean**: the leader resigns (`Leadership::resign`; Curator: `LeaderLatch.close`). The
 //!   clock runs from just before that call until the next candidate learns it leads
 //!   (`campaign()` returns; Curator: `LeaderLatchListener.isLeader`). The old leader then
-//!   campaigns again, at the back. Ours is measured twice: with the default resignation (a
+//!   campaigns again, at the back (after the clock stops, on both sides). Ours is measured twice: with the default resignation (a
 //!   plain delete, which Curator candidates also understand) and with
 //!   `with_release_mark(true)`.
 //! * **raw hand-off** (the baseline, one link of the raw chain of `examples/bench`): two raw
 //!   `zookeeper_client` sessions, one watches a node with `exists`, the other deletes it;
-//!   from the delete call until the watch fires. A clean failover cannot beat that.
+//!   from the delete call until the watch fires. A clean failover cannot beat that. A second
+//!   raw pair releases as our marked release does (set + delete in one multi), so the same
+//!   server work without the recipe. Both run round by round with the marked failovers (one
+//!   of each just before each failover), so that the baseline sees the same moment's disk
+//!   sync time: run as a series of its own it drifted from 0.55 to 1.37 ms between turns.
 //!
-//! A **turn** runs the four once each (raw, ours default, ours with the mark, Curator), so
+//! A **turn** runs ours default, ours with the mark (and the raw pairs), and Curator, so
 //! that a burst of load from other processes lands on one turn rather than on one variant.
 //! The report gives the median (min-max) over the turns of each variant's p50 and p99 (by
 //! nearest rank), the ratios of the medians and the goals of issue 13: default failover
@@ -81,6 +90,8 @@ usage: cargo run --release --features testing --example bench_election -- [optio
   --candidates N      candidates per election (default 3, at least 2)
   --no-curator        skip Curator's LeaderLatch
   --current-thread    run our side on a current-thread tokio runtime (default: multi-thread)
+  --spy               a bare session also watches the leader's node: when it hears of each
+                      resignation (one more notification per failover)
 
 env: ZK_CONNECT=host:port use that ZooKeeper instead of starting one
 ";
@@ -94,6 +105,7 @@ struct Opts {
     candidates: usize,
     curator: bool,
     current_thread: bool,
+    spy: bool,
 }
 
 fn parse_args() -> Res<Opts> {
@@ -105,6 +117,7 @@ fn parse_args() -> Res<Opts> {
         candidates: 3,
         curator: true,
         current_thread: false,
+        spy: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -118,7 +131,10 @@ fn parse_args() -> Res<Opts> {
             Ok(v.parse()
                 .map_err(|_| format!("{name}: {v:?} is not a number"))?)
         };
-        i += if matches!(a, "--no-curator" | "--current-thread" | "-h" | "--help") {
+        i += if matches!(
+            a,
+            "--no-curator" | "--current-thread" | "--spy" | "-h" | "--help"
+        ) {
             1
         } else {
             2
@@ -131,6 +147,7 @@ fn parse_args() -> Res<Opts> {
             "--candidates" => o.candidates = num("--candidates")?,
             "--no-curator" => o.curator = false,
             "--current-thread" => o.current_thread = true,
+            "--spy" => o.spy = true,
             "-h" | "--help" => {
                 print!("{HELP}");
                 std::process::exit(0);
@@ -222,10 +239,6 @@ async fn run(opts: Opts) -> Res<()> {
             (Some(server), cs)
         }
     };
-    let addr: SocketAddr = direct
-        .to_socket_addrs()?
-        .next()
-        .ok_or("cannot resolve the server")?;
     let root = format!("/bench-election-{}", std::process::id());
     println!(
         "== leader election failover on {direct} ({} candidates, {} turns of {} failovers each; {}; load average {})",
@@ -241,28 +254,44 @@ async fn run(opts: Opts) -> Res<()> {
     let mut turns: Vec<Turn> = Vec::new();
     for t in 1..=opts.turns {
         let r = format!("{root}/t{t}");
-        let baseline =
-            write_and_notify(&direct, &format!("{r}/baseline"), opts.warmup, opts.rounds).await?;
         let plain = rust_failover(
             &direct,
-            addr,
             &format!("{r}/plain"),
             &opts,
             false,
             opts.rounds,
             0,
+            &[],
         )
         .await?;
-        let marked = rust_failover(
+        // The raw hand-offs run round by round with the marked failovers: a raw delete and a
+        // raw marked release (set + delete in one multi) before each.
+        let raw_delete = RawPair::new(&direct, &format!("{r}/raw-delete"), false, false).await?;
+        let raw_multi = RawPair::new(&direct, &format!("{r}/raw-multi"), true, false).await?;
+        let raw_own = RawPair::new(&direct, &format!("{r}/raw-own"), true, true).await?;
+        let mut marked = rust_failover(
             &direct,
-            addr,
             &format!("{r}/mark"),
             &opts,
             true,
             opts.rounds,
             0,
+            &[&raw_delete, &raw_multi, &raw_own],
         )
         .await?;
+        raw_delete.finish().await?;
+        raw_multi.finish().await?;
+        raw_own.finish().await?;
+        let baseline_own = marked.raw.pop().unwrap_or_default();
+        let baseline_multi = marked.raw.pop().unwrap_or_default();
+        let baseline = marked.raw.pop().unwrap_or_default();
+        if opts.spy {
+            println!(
+                "  turn {t}: p50 a bare session watching the leader's node heard of the resignation after: default {:.3} ms, mark {:.3} ms",
+                pct(&plain.spy, 50.0),
+                pct(&marked.spy, 50.0)
+            );
+        }
         let curator = if opts.curator {
             match curator_failover(&direct, &format!("{r}/curator"), &opts, 0) {
                 Ok(c) => Some(c.clean),
@@ -282,13 +311,17 @@ async fn run(opts: Opts) -> Res<()> {
         );
         let turn = Turn {
             baseline,
+            baseline_multi,
+            baseline_own,
             plain: plain.clean,
             marked: marked.clean,
             curator,
         };
         println!(
-            "  turn {t}: p50 raw {:.3} ms, ours default {:.3} ms, ours mark {:.3} ms, Curator {:.3} ms   (load average {})",
+            "  turn {t}: p50 raw {:.3} ms, raw multi {:.3} ms, raw multi + own watch {:.3} ms, ours default {:.3} ms, ours mark {:.3} ms, Curator {:.3} ms   (load average {})",
             pct(&turn.baseline, 50.0),
+            pct(&turn.baseline_multi, 50.0),
+            pct(&turn.baseline_own, 50.0),
             pct(&turn.plain, 50.0),
             pct(&turn.marked, 50.0),
             turn.curator.as_deref().map_or(f64::NAN, |c| pct(c, 50.0)),
@@ -303,8 +336,11 @@ async fn run(opts: Opts) -> Res<()> {
         loadavg()
     );
     println!("  {:<44} {:>26} {:>26}", "", "p50 [ms]", "p99 [ms]");
-    let series: [(&str, Series); 4] = [
+    let series: [(&str, Series); 5] = [
         ("raw hand-off: delete + notification", |t| Some(&t.baseline)),
+        ("raw hand-off: set + delete multi + notif.", |t| {
+            Some(&t.baseline_multi)
+        }),
         ("zk-recipes Election (default: plain delete)", |t| {
             Some(&t.plain)
         }),
@@ -325,24 +361,52 @@ async fn run(opts: Opts) -> Res<()> {
         med.push(median(&p50));
     }
     println!("  ratios of the medians of p50:");
-    goal("ours (default) / Curator LeaderLatch", med[1] / med[3], 1.0);
-    goal("ours (release mark) / raw hand-off", med[2] / med[0], 1.15);
-    goal("ours (default) / raw hand-off", med[1] / med[0], f64::NAN);
+    goal("ours (default) / Curator LeaderLatch", med[2] / med[4], 1.0);
+    goal("ours (release mark) / raw hand-off", med[3] / med[0], 1.15);
+    goal(
+        "ours (release mark) / raw multi hand-off",
+        med[3] / med[1],
+        f64::NAN,
+    );
+    goal("ours (default) / raw hand-off", med[2] / med[0], f64::NAN);
+    // The raw pairs ran round by round with the marked failovers: a turn's ratio compares
+    // figures taken at the same moments.
+    let paired = |raw: Series| -> Vec<f64> {
+        turns
+            .iter()
+            .filter_map(|t| Some(pct(&t.marked, 50.0) / pct(raw(t)?, 50.0)))
+            .collect()
+    };
+    println!(
+        "  per-turn ratios of p50 (raw and ours interleaved round by round), median (min-max):"
+    );
+    println!(
+        "  ours (release mark) / raw hand-off               {}",
+        spread(&paired(|t| Some(&t.baseline)))
+    );
+    println!(
+        "  ours (release mark) / raw multi hand-off         {}",
+        spread(&paired(|t| Some(&t.baseline_multi)))
+    );
+    println!(
+        "  ours (release mark) / raw multi, own watch too   {}",
+        spread(&paired(|t| Some(&t.baseline_own)))
+    );
     goal(
         "ours (release mark) / Curator LeaderLatch",
-        med[2] / med[3],
+        med[3] / med[4],
         f64::NAN,
     );
 
     if opts.expire_rounds > 0 {
         let expiry = rust_failover(
             &direct,
-            addr,
             &format!("{root}/expire"),
             &opts,
             false,
             0,
             opts.expire_rounds,
+            &[],
         )
         .await?;
         println!("\n== forced expiry: the leader's session is closed on the server -> next candidate leads (one run)");
@@ -368,6 +432,10 @@ async fn run(opts: Opts) -> Res<()> {
     for (i, t) in turns.iter().enumerate() {
         let i = i + 1;
         metric(&format!("turn{i}.ours.election.write_notify"), &t.baseline);
+        metric(
+            &format!("turn{i}.ours.election.multi_notify"),
+            &t.baseline_multi,
+        );
         metric(&format!("turn{i}.ours.election.clean_failover"), &t.plain);
         metric(
             &format!("turn{i}.ours.election.clean_failover_mark"),
@@ -386,6 +454,8 @@ type Series = fn(&Turn) -> Option<&[Duration]>;
 /// One turn: the clean failovers of every variant.
 struct Turn {
     baseline: Vec<Duration>,
+    baseline_multi: Vec<Duration>,
+    baseline_own: Vec<Duration>,
     plain: Vec<Duration>,
     marked: Vec<Duration>,
     curator: Option<Vec<Duration>>,
@@ -419,45 +489,91 @@ fn date() -> String {
         .unwrap_or_default()
 }
 
-/// From a delete call on one session until an `exists` watch on the node fires on another.
-async fn write_and_notify(
-    direct: &str,
-    path: &str,
-    warmup: usize,
-    rounds: usize,
-) -> Res<Vec<Duration>> {
-    let writer = zk::Client::connect(direct).await?;
-    let watcher = zk::Client::connect(direct).await?;
-    writer
-        .mkdir(
-            path,
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await?;
-    let node = format!("{path}/n");
-    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
-    let mut out = Vec::with_capacity(rounds);
-    for r in 0..warmup + rounds {
-        writer.create(&node, b"", &ephemeral).await?;
-        let (stat, watch) = watcher.check_and_watch_stat(&node).await?;
+/// The raw hand-off: two raw `zookeeper_client` sessions; one watches a node with `exists`,
+/// the other deletes it (or, with `mark`, sets its data and deletes it in one multi, as our
+/// marked release does). One round is timed from the delete call until the watch fires.
+struct RawPair {
+    writer: zk::Client,
+    watcher: zk::Client,
+    dir: String,
+    node: String,
+    mark: bool,
+    /// The writer watches its own node too, as our holder does (`lost()`): the server then
+    /// sends two notifications per release.
+    own_watch: bool,
+}
+
+impl RawPair {
+    async fn new(direct: &str, dir: &str, mark: bool, own_watch: bool) -> Res<RawPair> {
+        let writer = zk::Client::connect(direct).await?;
+        let watcher = zk::Client::connect(direct).await?;
+        writer
+            .mkdir(
+                dir,
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+            )
+            .await?;
+        let node = format!("{dir}/n");
+        Ok(RawPair {
+            writer,
+            watcher,
+            dir: dir.to_string(),
+            node,
+            mark,
+            own_watch,
+        })
+    }
+
+    async fn once(&self) -> Res<Duration> {
+        let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        self.writer.create(&self.node, b"", &ephemeral).await?;
+        let (stat, watch) = self.watcher.check_and_watch_stat(&self.node).await?;
         if stat.is_none() {
             return Err("baseline node missing".into());
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        let own = if self.own_watch {
+            Some(self.writer.check_and_watch_stat(&self.node).await?.1)
+        } else {
+            None
+        };
+        // Idle as long as the failovers are before theirs (`SETTLE`): after a longer pause the
+        // machine (CPU idle states, parked server threads) answers a little more slowly.
+        tokio::time::sleep(SETTLE).await;
         let t0 = Instant::now();
-        let delete = writer.delete(&node, None);
+        let released = if self.mark {
+            let mut multi = self.writer.new_multi_writer();
+            multi.add_set_data(&self.node, b"released", None)?;
+            multi.add_delete(&self.node, None)?;
+            // Sent at call time, as `delete` is.
+            let commit = multi.commit();
+            futures::future::Either::Left(
+                async move { commit.await.map(drop).map_err(BoxError::from) },
+            )
+        } else {
+            let delete = self.writer.delete(&self.node, None);
+            futures::future::Either::Right(async move { delete.await.map_err(BoxError::from) })
+        };
         let event = tokio::time::timeout(WAIT, watch.changed()).await?;
         let t1 = Instant::now();
-        delete.await?;
-        if event.event_type != zk::EventType::NodeDeleted {
+        released.await?;
+        if let Some(own) = own {
+            tokio::time::timeout(WAIT, own.changed()).await?;
+        }
+        let want = if self.mark {
+            zk::EventType::NodeDataChanged
+        } else {
+            zk::EventType::NodeDeleted
+        };
+        if event.event_type != want {
             return Err(format!("baseline: unexpected event {event:?}").into());
         }
-        if r >= warmup {
-            out.push(t1 - t0);
-        }
+        Ok(t1 - t0)
     }
-    writer.delete(path, None).await?;
-    Ok(out)
+
+    async fn finish(self) -> Res<()> {
+        self.writer.delete(&self.dir, None).await?;
+        Ok(())
+    }
 }
 
 #[derive(Default)]
@@ -465,6 +581,11 @@ struct Failovers {
     clean: Vec<Duration>,
     /// Requests the next leader's session sent between the resignation and its election.
     wake_requests: Vec<u64>,
+    /// One series per raw pair given: a raw hand-off run just before each clean failover.
+    raw: Vec<Vec<Duration>>,
+    /// When a bare `zookeeper_client` session watching the leader's node (set just before
+    /// the resignation) heard of it: the server's and the network's share of `clean`.
+    spy: Vec<Duration>,
     expire: Vec<Duration>,
     expire_call: Vec<Duration>,
 }
@@ -472,12 +593,12 @@ struct Failovers {
 /// Our election: `clean` resignations, then `expire` forced expiries, after warm-ups.
 async fn rust_failover(
     direct: &str,
-    addr: SocketAddr,
     path: &str,
     opts: &Opts,
     mark: bool,
     clean: usize,
     expire: usize,
+    raws: &[&RawPair],
 ) -> Res<Failovers> {
     let k = opts.candidates;
     let mut proxies = Vec::new();
@@ -486,6 +607,10 @@ async fn rust_failover(
         // A proxy only where an expiry needs one: it is a hop more on every request, which
         // Curator's candidates do not pay.
         let hosts = if expire > 0 {
+            let addr: SocketAddr = direct
+                .to_socket_addrs()?
+                .next()
+                .ok_or("cannot resolve the server")?;
             let proxy = FaultProxy::start(addr)?;
             let hosts = proxy.addr().to_string();
             proxies.push(proxy);
@@ -541,8 +666,16 @@ async fn rust_failover(
         .connect()
         .await?;
     let observer = Election::new(&observer_session, path, "observer")?;
+    let spy = if opts.spy {
+        Some(zk::Client::connect(direct).await?)
+    } else {
+        None
+    };
     let (mut cur, _, mut leadership) = next(&mut rx).await?;
-    let mut out = Failovers::default();
+    let mut out = Failovers {
+        raw: vec![Vec::with_capacity(clean); raws.len()],
+        ..Failovers::default()
+    };
     let wait_all = || async {
         let deadline = Instant::now() + WAIT;
         while observer.participants().await?.len() != k {
@@ -556,12 +689,46 @@ async fn rust_failover(
     };
     let clean_warmup = if clean > 0 { opts.warmup } else { 0 };
     for r in 0..clean_warmup + clean {
+        // Round by round, so that the baseline sees the same moment's disk and load.
+        for (series, pair) in out.raw.iter_mut().zip(raws) {
+            let d = pair.once().await?;
+            if r >= clean_warmup {
+                series.push(d);
+            }
+        }
         wait_all().await?;
+        let spied = match &spy {
+            Some(spy) => {
+                let leader = observer
+                    .participants()
+                    .await?
+                    .into_iter()
+                    .next()
+                    .ok_or("no leader")?;
+                let (_, watch) = spy
+                    .check_and_watch_stat(&format!("{path}/{}", leader.node))
+                    .await?;
+                // Idle again, as the raw pairs do before their delete.
+                tokio::time::sleep(SETTLE).await;
+                Some(tokio::spawn(async move {
+                    watch.changed().await;
+                    Instant::now()
+                }))
+            }
+            None => None,
+        };
         let sent: Vec<u64> = sessions.iter().map(Session::request_count).collect();
         let t0 = Instant::now();
         leadership.resign().await?;
-        go[cur].notify_one();
         let (n, t1, l) = next(&mut rx).await?;
+        // The old leader joins again once the next one leads, as LatchBench's does.
+        go[cur].notify_one();
+        if let Some(spied) = spied {
+            let spied = spied.await?;
+            if r >= clean_warmup {
+                out.spy.push(spied.saturating_duration_since(t0));
+            }
+        }
         if r >= clean_warmup {
             out.clean.push(t1 - t0);
             out.wake_requests
