@@ -59,6 +59,9 @@ fn split(links: &mut [Link], t0: Instant) -> (f64, f64, f64) {
     (wake.pct(50.0), rel.pct(50.0), hold.pct(50.0))
 }
 
+/// How many waiters may be entering the queue (create, list, watches) at once.
+const ENTERING: usize = 64;
+
 struct DrainRun {
     secs: f64,
     cpu: f64,
@@ -69,7 +72,8 @@ struct DrainRun {
     fired: f64,
     /// Growth of the process's resident memory while the waiters queued, per waiter.
     rss_per_waiter: f64,
-    /// Time for every waiter to queue (create, list, two watches each).
+    /// Time for every waiter to queue (create, list, two watches each; at most `ENTERING` at
+    /// once).
     fill_secs: f64,
 }
 
@@ -87,7 +91,21 @@ async fn drain_once(
     let q0 = requests(sessions);
     let rss0 = rss_bytes();
     let mut tasks = Vec::with_capacity(n);
+    let fill = Instant::now();
+    let limit = Duration::from_secs(120).max(Duration::from_millis(60) * n as u32);
     for i in 0..n {
+        if i >= ENTERING {
+            // At most ENTERING waiters entering at once: each lists the directory, and ten
+            // thousand listings of up to ten thousand names sent at once kept the server busy
+            // for so long that the gate holder's session timed out.
+            let queued = 4 * (i + 1 - ENTERING) as u64;
+            while requests(sessions) - q0 < queued {
+                if fill.elapsed() > limit {
+                    return Err(format!("{i} waiters did not queue within {limit:?}").into());
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         let lock = FairLock::new(&sessions[i % sessions.len()], path)?;
         let ex = ex.clone();
         tasks.push(tokio::spawn(async move {
@@ -107,8 +125,6 @@ async fn drain_once(
     // and the replies have had time to arrive.
     // Every waiter lists the directory when it enters, so queueing N waiters reads N²/2
     // names in all (Curator and kazoo do the same): allow for it.
-    let fill = Instant::now();
-    let limit = Duration::from_secs(120).max(Duration::from_millis(60) * n as u32);
     wait_until(limit, "the waiters to queue", || {
         requests(sessions) - q0 >= 4 * n as u64
     })
