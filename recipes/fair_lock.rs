@@ -132,6 +132,61 @@ impl FairLock {
         self.acquire(Wait::Try).await
     }
 
+    /// Releases `guard` and queues again at the back, in one transaction: for a worker loop
+    /// (lock, work, let go, lock again) that costs the server one log write and one sync per
+    /// iteration where a release followed by [`lock`](Self::lock) costs two. The next waiter
+    /// takes over exactly as after [`LockGuard::release`]; then this waits for our turn as
+    /// `lock` does. `guard` must be one of this lock's, taken on the same [`Session`].
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] if `guard` had lost the lock, or its node was gone: nothing is
+    ///   created (the work done under it may not have been exclusive, as `release` reports).
+    /// * [`Error::InvalidArgument`] if `guard` is not a guard of this lock on this session
+    ///   (it is released in the background).
+    /// * Those of [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: once polled, the release of `guard` runs to its end in the background
+    /// (retried after a connection blip); dropping the future then deletes our new node in
+    /// the background, as a dropped `lock` does.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(session: zk_recipes::Session) -> zk_recipes::Result<()> {
+    /// use zk_recipes::FairLock;
+    ///
+    /// let lock = FairLock::new(&session, "/jobs/queue")?;
+    /// let mut guard = lock.lock().await?;
+    /// for job in 0..3 {
+    ///     println!("job {job} under token {}", guard.fencing_token());
+    ///     guard = lock.relock(guard).await?;
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn relock(&self, guard: LockGuard) -> Result<LockGuard> {
+        let holding = guard.into_holding();
+        let ours = holding.belongs_to(&self.session)
+            && crate::path::parent(holding.path()) == self.spec.dir
+            && holding.name().kind == self.spec.kind;
+        if !ours {
+            let err = Error::InvalidArgument(format!(
+                "relock on {}: the guard of {} is not a guard of this lock on this session; it is released",
+                self.spec.dir,
+                holding.path()
+            ));
+            drop(holding);
+            return Err(err);
+        }
+        let granted = queue::relock(&self.session, &self.spec, holding).await?;
+        Ok(LockGuard::new(
+            Holding::new(&self.session, granted).revocable(self.spec.revocable),
+        ))
+    }
+
     /// The contenders in queue order: the first holds the lock.
     ///
     /// # Errors

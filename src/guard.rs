@@ -53,6 +53,10 @@ impl LockGuard {
         LockGuard { holding }
     }
 
+    pub(crate) fn into_holding(self) -> Holding {
+        self.holding
+    }
+
     /// The full path of our node, e.g. `/app/locks/report/_c_…-lock-0000000007`.
     pub fn path(&self) -> &str {
         self.holding.path()

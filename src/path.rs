@@ -92,6 +92,11 @@ pub(crate) fn parent(path: &str) -> &str {
     }
 }
 
+/// The last segment of an absolute path (`/a/b` → `b`).
+pub(crate) fn child_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
 /// Joins a directory and a child name.
 pub(crate) fn join(dir: &str, name: &str) -> String {
     if dir == "/" {

@@ -877,6 +877,53 @@ impl Epoch {
         }
     }
 
+    /// One transaction: the release of our node at `path` (marked as `set_and_delete`
+    /// does, or a plain delete) and the create of a new sequential node at `new_prefix`
+    /// (a relock: one log write, one sync). Answers the new node's stat and name.
+    pub(crate) fn release_and_create<'a>(
+        &'a self,
+        path: &str,
+        mark: bool,
+        new_prefix: &str,
+        data: &[u8],
+        options: &zk::CreateOptions<'_>,
+    ) -> impl Future<Output = ZkResult<(zk::Stat, String)>> + Send + 'a {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
+        crate::observe::request("multi");
+        let mut writer = self.client.new_multi_writer();
+        let queued = (if mark {
+            writer.add_set_data(path, crate::queue::RELEASE_MARK, None)
+        } else {
+            Ok(())
+        })
+        .and_then(|_| writer.add_delete(path, None))
+        .and_then(|_| writer.add_create(new_prefix, data, options));
+        let commit = queued.map(|_| writer.commit());
+        let health = self.health.clone();
+        async move {
+            let result = match commit {
+                Ok(fut) => match fut.await {
+                    Ok(results) => match results.into_iter().last() {
+                        Some(zk::MultiWriteResult::Create { path, stat }) => {
+                            let name = crate::path::child_name(&path).to_string();
+                            Ok((stat, name))
+                        }
+                        other => Err(zk::Error::UnexpectedError(format!(
+                            "a relock's transaction answered {other:?} for its create"
+                        ))),
+                    },
+                    Err(err) => Err(zk::Error::from(err)),
+                },
+                Err(err) => Err(err),
+            };
+            if was_answered(&result) {
+                health.answered(sent);
+            }
+            result
+        }
+    }
+
     /// Creates the missing ancestors of `path` (not `path` itself is created: only up to its
     /// parent when `include_self` is false) with `options`, like `mkdir -p`.
     pub(crate) async fn create_parents(
@@ -1240,6 +1287,11 @@ impl Session {
             }
         };
         mutex
+    }
+
+    /// Whether `other` is a handle of this same session manager.
+    pub(crate) fn same_as(&self, other: &Session) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it.

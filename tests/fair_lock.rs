@@ -833,3 +833,249 @@ async fn a_multi_lock_that_cannot_take_every_lock_holds_none() {
     s.close().await;
     other.close().await;
 }
+
+/// A relock releases the guard and queues again in one transaction: with every request
+/// after its first held up in the network, the server already shows the old node gone and
+/// the new one queued (a release followed by a lock would show the old node gone and no new
+/// one). The waiter behind takes over first; the relocking contender comes next, at the back,
+/// and the tokens grow in that order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relock_hands_the_lock_on_and_queues_at_the_back_in_one_transaction() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let root = unique_root("relock");
+    let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let b = session().await;
+    let lock_a = FairLock::new(&a, &root).unwrap();
+    let ga = lock_a.lock().await.unwrap();
+    let old_token = ga.fencing_token();
+    let old_name = ga.path().rsplit('/').next().unwrap().to_string();
+    let lock_b = FairLock::new(&b, &root).unwrap();
+    let waiter = tokio::spawn(async move { lock_b.lock().await });
+    while children(&root).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = a.request_count();
+    let stall = Duration::from_millis(1500);
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(2),
+        FaultAction::Stall(stall),
+    ));
+    let sent = std::time::Instant::now();
+    let holding_b = Arc::new(AtomicUsize::new(0));
+    let relock = {
+        let (lock_a, holding_b) = (lock_a.clone(), holding_b.clone());
+        tokio::spawn(async move {
+            let g = lock_a.relock(ga).await;
+            (g, holding_b.load(Ordering::SeqCst))
+        })
+    };
+    let seen = loop {
+        let names = children(&root).await;
+        if !names.contains(&old_name) {
+            break names;
+        }
+        assert!(sent.elapsed() < stall, "the old node outlived the stall");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(
+        sent.elapsed() < stall,
+        "seen only after the stall: the test proves nothing"
+    );
+    assert_eq!(
+        seen.len(),
+        2,
+        "with only its first request through, the relock's new node must be queued: {seen:?}"
+    );
+    let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap()
+        .unwrap();
+    holding_b.store(1, Ordering::SeqCst);
+    assert!(gb.fencing_token() > old_token);
+    tokio::time::sleep(stall + Duration::from_millis(200)).await;
+    assert!(!relock.is_finished(), "the relock was granted while B held");
+    let b_token = gb.fencing_token();
+    holding_b.store(2, Ordering::SeqCst);
+    gb.release().await.unwrap();
+    let (ga, seen) = tokio::time::timeout(Duration::from_secs(10), relock)
+        .await
+        .expect("the relock was not granted after B released")
+        .unwrap();
+    let ga = ga.expect("relock");
+    assert_eq!(seen, 2, "granted before B released");
+    assert!(
+        ga.fencing_token() > b_token,
+        "tokens must grow in grant order"
+    );
+    assert_eq!(
+        a.request_count() - before,
+        5,
+        "a relock: one transaction, the listing, a read of the new node's stat (ZooKeeper 3.8 \
+         answers a create in a multi without it) and two watches"
+    );
+    ga.release().await.unwrap();
+    assert!(children(&root).await.is_empty());
+    a.close().await;
+    b.close().await;
+}
+
+/// A relock of a guard whose node is gone (an administrator deleted it: told or not yet told)
+/// answers `LockLost` and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relock_of_a_lost_guard_answers_lock_lost_and_creates_nothing() {
+    let root = unique_root("relock-lost");
+    let a = session().await;
+    let lock = FairLock::new(&a, &root).unwrap();
+    for wait_for_the_loss in [true, false] {
+        let g = lock.lock().await.unwrap();
+        raw()
+            .await
+            .delete(g.path(), None)
+            .await
+            .expect("admin delete");
+        if wait_for_the_loss {
+            tokio::time::timeout(Duration::from_secs(5), g.lost())
+                .await
+                .expect("not told");
+        }
+        match lock.relock(g).await {
+            Err(Error::LockLost(LossReason::NodeDeleted)) => {}
+            other => panic!("told of the loss first: {wait_for_the_loss}: {other:?}"),
+        }
+        assert!(children(&root).await.is_empty(), "a node was created");
+    }
+    a.close().await;
+}
+
+/// A guard of another lock, or of another session, is refused with `InvalidArgument`, and
+/// released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relock_with_a_foreign_guard_is_refused_and_the_guard_released() {
+    let root = unique_root("relock-foreign");
+    let (a, b) = (session().await, session().await);
+    let here = FairLock::new(&a, format!("{root}/here")).unwrap();
+    let there = FairLock::new(&a, format!("{root}/there")).unwrap();
+    let on_b = FairLock::new(&b, format!("{root}/here")).unwrap();
+    for (guard, lock) in [
+        (there.lock().await.unwrap(), &here),
+        (here.lock().await.unwrap(), &on_b),
+    ] {
+        let dir = guard.path().rsplit_once('/').unwrap().0.to_string();
+        match lock.relock(guard).await {
+            Err(Error::InvalidArgument(_)) => {}
+            other => panic!("{other:?}"),
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !children(&dir).await.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "not released");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    a.close().await;
+    b.close().await;
+}
+
+/// A relock whose future is dropped after its transaction was sent: the lock goes to the
+/// waiter, and our new node is deleted (nothing of ours stays in the queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_relock_leaves_no_node_of_ours() {
+    let root = unique_root("relock-cancel");
+    let (a, b) = (session().await, session().await);
+    let lock_a = FairLock::new(&a, &root).unwrap();
+    let ga = lock_a.lock().await.unwrap();
+    let lock_b = FairLock::new(&b, &root).unwrap();
+    let waiter = tokio::spawn(async move { lock_b.lock().await });
+    while children(&root).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    {
+        let relock = lock_a.relock(ga);
+        tokio::pin!(relock);
+        // One poll sends the transaction; then the future is dropped.
+        assert!(futures::poll!(relock.as_mut()).is_pending());
+    }
+    let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let names = children(&root).await;
+        if names.len() == 1 && gb.path().ends_with(names[0].as_str()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "left: {names:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    gb.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+}
+
+/// A connection cut at each of the relock's first requests, before the server sees it or
+/// before its reply comes back: whatever the transaction's fate, the waiter behind takes the
+/// lock first, the relock is granted after it (never while it holds), and exactly one node of
+/// ours is left, the new guard's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relock_cut_at_any_request_hands_on_once_and_leaves_one_node() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    for k in 1..=3 {
+        for before_reply in [false, true] {
+            let case = format!("request {k}, before its reply: {before_reply}");
+            let root = unique_root("relock-cut");
+            let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+            let b = session().await;
+            let lock_a = FairLock::new(&a, &root).unwrap();
+            let ga = lock_a.lock().await.unwrap();
+            let lock_b = FairLock::new(&b, &root).unwrap();
+            let waiter = tokio::spawn(async move { lock_b.lock().await });
+            while children(&root).await.len() < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let point = if before_reply {
+                FaultPoint::BeforeReply(k)
+            } else {
+                FaultPoint::BeforeRequest(k)
+            };
+            let refuse_for = Duration::from_millis(50);
+            proxy.arm(Fault::new(point, FaultAction::Cut { refuse_for }));
+            let b_holds = Arc::new(AtomicUsize::new(0));
+            let relock = {
+                let (lock_a, b_holds) = (lock_a.clone(), b_holds.clone());
+                tokio::spawn(async move {
+                    let g = lock_a.relock(ga).await;
+                    (g, b_holds.load(Ordering::SeqCst))
+                })
+            };
+            let gb = tokio::time::timeout(Duration::from_secs(20), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("{case}: the waiter was not handed the lock"))
+                .unwrap()
+                .unwrap();
+            b_holds.store(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            b_holds.store(2, Ordering::SeqCst);
+            let b_token = gb.fencing_token();
+            gb.release().await.unwrap();
+            let (ga, seen) = tokio::time::timeout(Duration::from_secs(20), relock)
+                .await
+                .unwrap_or_else(|_| panic!("{case}: the relock hung"))
+                .unwrap();
+            let ga = ga.unwrap_or_else(|e| panic!("{case}: relock failed: {e}"));
+            assert_ne!(seen, 1, "{case}: granted while B held");
+            assert!(ga.fencing_token() > b_token, "{case}: token");
+            let names = children(&root).await;
+            assert!(
+                names.len() == 1 && ga.path().ends_with(names[0].as_str()),
+                "{case}: left {names:?}"
+            );
+            ga.release().await.unwrap();
+            a.close().await;
+            b.close().await;
+        }
+    }
+}

@@ -293,6 +293,8 @@ pub struct Window {
     pub we: Instant,
     pub requests: u64,
     pub packets: f64,
+    /// Log syncs of the server in the window (mntr `zk_cnt_fsynctime`).
+    pub fsyncs: f64,
 }
 
 /// Starts one worker per session, waits `warm`, measures `cdur`, stops them and collects
@@ -335,13 +337,14 @@ where
                 .map_err(|_| "a worker did not stop within 60 s")???,
         );
     }
-    let packets = mntr_get(&m1, "zk_packets_received") - mntr_get(&m0, "zk_packets_received");
+    let d = |k: &str| mntr_get(&m1, k) - mntr_get(&m0, k);
     Ok((
         Window {
             ws,
             we,
             requests: r1 - r0,
-            packets,
+            packets: d("zk_packets_received"),
+            fsyncs: d("zk_cnt_fsynctime"),
         },
         recs,
     ))

@@ -60,6 +60,11 @@ pub async fn fair_lock(cs: &str, root: &str, cfg: &Cfg, n: usize, m: &mut Metric
         w.packets / done,
         "packets",
     );
+    m.put(
+        &format!("{p}.fsyncs_per_handoff"),
+        w.fsyncs / done,
+        "fsyncs",
+    );
     close_all(&sessions).await;
     Ok(())
 }

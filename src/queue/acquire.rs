@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use super::{find_by_protection, Abandoned, Granted, QueueSpec, Rule, Wait, WatchFuture};
+use super::{find_by_protection, Abandoned, Granted, Holding, QueueSpec, Rule, Wait, WatchFuture};
 use crate::error::{is_unknown, Error, LossReason, Result};
 use crate::path::{join, new_prefix, NodeKind, NodeName};
 use crate::session::{Epoch, Session};
@@ -23,33 +23,78 @@ enum Attempt {
 ///
 /// Dropping the future deletes our node in the background (tracked by the session).
 pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
+    acquire_after(session, spec, wait, None).await
+}
+
+/// Releases `held` (a node of this queue, of this session) and queues again at the back, in
+/// one transaction (see [`Holding::start_relock`]), then waits as [`acquire`] does.
+///
+/// # Errors
+///
+/// [`Error::LockLost`] if `held` was lost already or its node is gone (nothing is created);
+/// then those of [`acquire`].
+///
+/// # Cancel safety
+///
+/// As [`acquire`]; once polled, the release of `held` happens even if the future is dropped.
+pub(crate) async fn relock(session: &Session, spec: &QueueSpec, held: Holding) -> Result<Granted> {
+    if held.is_lost() {
+        return Err(Error::LockLost(
+            held.loss_reason().unwrap_or(LossReason::SessionExpired),
+        ));
+    }
+    let Some(epoch) = held.epoch() else {
+        return Err(Error::LockLost(LossReason::SessionExpired));
+    };
+    acquire_after(session, spec, Wait::Until(None), Some((epoch, held))).await
+}
+
+async fn acquire_after(
+    session: &Session,
+    spec: &QueueSpec,
+    wait: Wait,
+    held: Option<(Arc<Epoch>, Holding)>,
+) -> Result<Granted> {
     use tracing::field::Empty;
     let kind = crate::observe::kind_label(spec.kind);
     let span = tracing::info_span!(target: "zk_recipes", "acquire", path = %spec.dir, kind, node = Empty, epoch = Empty, session_id = Empty, outcome = Empty);
     let started = Instant::now();
     let result =
-        tracing::Instrument::instrument(acquire_in_turn(session, spec, wait), span.clone()).await;
+        tracing::Instrument::instrument(acquire_in_turn(session, spec, wait, held), span.clone())
+            .await;
     span.in_scope(|| crate::observe::acquired(kind, &result, started.elapsed()));
     result
 }
 
-async fn acquire_in_turn(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
+async fn acquire_in_turn(
+    session: &Session,
+    spec: &QueueSpec,
+    wait: Wait,
+    mut held: Option<(Arc<Epoch>, Holding)>,
+) -> Result<Granted> {
     let mut stale: Option<String> = None;
     loop {
-        let epoch = match wait {
-            Wait::Until(Some(deadline)) => {
-                match tokio::time::timeout_at(deadline.into(), session.epoch()).await {
-                    Ok(r) => r?,
-                    Err(_) => return Err(Error::Timeout),
-                }
+        // A relock's first attempt runs in the epoch of the node it releases.
+        let (epoch, handover) = match held.take() {
+            Some((epoch, holding)) => (epoch, Some(holding)),
+            None => {
+                let epoch = match wait {
+                    Wait::Until(Some(deadline)) => {
+                        match tokio::time::timeout_at(deadline.into(), session.epoch()).await {
+                            Ok(r) => r?,
+                            Err(_) => return Err(Error::Timeout),
+                        }
+                    }
+                    _ => session.epoch().await?,
+                };
+                (epoch, None)
             }
-            _ => session.epoch().await?,
         };
         if let Some(path) = stale.take() {
             // A node from an older session is deleted, never adopted.
             let _ = epoch.delete(&path, None).await;
         }
-        match attempt(session, spec, wait, epoch).await? {
+        match attempt(session, spec, wait, epoch, handover).await? {
             Attempt::Granted(g) => return Ok(g),
             Attempt::Requeue(reason, left) => {
                 if !spec.requeue_on_expiry {
@@ -81,8 +126,9 @@ async fn attempt(
     spec: &QueueSpec,
     wait: Wait,
     epoch: Arc<Epoch>,
+    handover: Option<Holding>,
 ) -> Result<Attempt> {
-    let mut waiter = match Waiter::enter(session, spec, epoch).await? {
+    let mut waiter = match Waiter::enter(session, spec, epoch, handover).await? {
         Entered::Queued(w) => w,
         Entered::Done(done) => return Ok(done),
     };
@@ -164,6 +210,7 @@ impl<'a> Waiter<'a> {
         session: &'a Session,
         spec: &'a QueueSpec,
         epoch: Arc<Epoch>,
+        mut handover: Option<Holding>,
     ) -> Result<Entered<'a>> {
         let (prefix, protection) = new_prefix(spec.layout, spec.kind);
         let prefix_path = join(&spec.dir, &prefix);
@@ -177,7 +224,42 @@ impl<'a> Waiter<'a> {
         let semaphore = matches!(spec.rule, Rule::Permits(_));
         let mut made_parents = 0;
         let (me, czxid, children, dir_data) = loop {
-            let create = epoch.create(&prefix_path, &spec.data, &options);
+            // A relock releases the held node in the same transaction (first pass only).
+            let relocking = handover.is_some();
+            let create = match handover.take() {
+                Some(mut held) => {
+                    let created = held.start_relock(
+                        epoch.clone(),
+                        prefix_path.clone(),
+                        spec.data.clone(),
+                        acls.clone(),
+                    );
+                    let (epoch, dir) = (epoch.clone(), &spec.dir);
+                    futures::future::Either::Left(async move {
+                        let (stat, name) = created.await.unwrap_or(Err(zk::Error::ClientClosed))?;
+                        if stat.czxid > 0 && stat.ephemeral_owner != 0 {
+                            return Ok((stat, name));
+                        }
+                        // ZooKeeper 3.8 answers a create inside a multi without its stat: read
+                        // it (the czxid is our fencing token and our node's identity).
+                        match epoch.check_stat(&join(dir, &name)).await? {
+                            Some(stat) => Ok((stat, name)),
+                            // Deleted already (an administrator): as an unknown outcome, the
+                            // protection id is looked for, not found, and we queue again.
+                            None => Err(zk::Error::ConnectionLoss),
+                        }
+                    })
+                }
+                None => {
+                    let create = epoch.create(&prefix_path, &spec.data, &options);
+                    let prefix = &prefix;
+                    futures::future::Either::Right(async move {
+                        create
+                            .await
+                            .map(|(stat, seq)| (stat, format!("{prefix}{seq}")))
+                    })
+                }
+            };
             let list = epoch.get_children(&spec.dir);
             let dir_data = semaphore.then(|| epoch.get_data(&spec.dir));
             let created = create.await;
@@ -187,8 +269,7 @@ impl<'a> Waiter<'a> {
                 None => None,
             };
             match created {
-                Ok((stat, seq)) => {
-                    let name = format!("{prefix}{seq}");
+                Ok((stat, name)) => {
                     pending.set_path(join(&spec.dir, &name));
                     if stat.ephemeral_owner != epoch.session_id {
                         return Err(Error::ZooKeeper {
@@ -207,6 +288,12 @@ impl<'a> Waiter<'a> {
                         }
                         Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
                     }
+                }
+                Err(zk::Error::NoNode) if relocking => {
+                    // The node we were releasing is gone (with its directory, or deleted by
+                    // someone else), so nothing was created: the lock was lost while held.
+                    pending.disarm();
+                    return Err(Error::LockLost(LossReason::NodeDeleted));
                 }
                 Err(zk::Error::NoNode) if made_parents < 5 => {
                     made_parents += 1;

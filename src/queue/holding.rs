@@ -279,6 +279,10 @@ impl Holding {
     pub(crate) fn fencing_token(&self) -> i64 {
         self.czxid
     }
+    /// Whether this holding was granted through `session` (a handle of the same manager).
+    pub(crate) fn belongs_to(&self, session: &Session) -> bool {
+        self.session.same_as(session)
+    }
     pub(crate) fn session_id(&self) -> i64 {
         self.session_id
     }
@@ -530,6 +534,83 @@ impl Holding {
     }
 }
 
+impl Holding {
+    /// Starts a relock: our release and the create of our next node at `new_prefix` in one
+    /// transaction ([`Epoch::release_and_create`]), so a worker loop costs the server one log
+    /// write and one sync per iteration instead of two. The request is sent before this
+    /// returns; the receiver answers the create's outcome (the new node's stat and name) to
+    /// the waiter, which treats it as it treats a plain create's (an unknown outcome is settled
+    /// by the new node's protection id).
+    ///
+    /// Why it is as safe as a release followed by an acquire:
+    /// * The transaction is atomic: either our node is gone and the new one queues at the back
+    ///   (behind every waiter that was behind us, so the hand-off order is unchanged), or
+    ///   nothing happened.
+    /// * Whatever failed (the old node was gone: `NoNode`; the create was refused; the outcome
+    ///   is unknown after a connection loss), the task then releases the old node as a plain
+    ///   release does, retried while the epoch lives: it finds `NoNode` if the transaction was
+    ///   applied after all, and never leaves the old node (and the lock) held.
+    /// * The gate is closed and the monitor stopped before the request is sent, as in
+    ///   `release_node`: no own-node watch is set on the old node after it, and the one it has
+    ///   is used up by our own write.
+    /// * Queue nodes only (a unique path per node): the shared-path check of the simple lock
+    ///   does not apply.
+    ///
+    /// `acls`: the new node's (an ephemeral sequential node, as a plain enter makes).
+    pub(crate) fn start_relock(
+        &mut self,
+        epoch: Arc<Epoch>,
+        new_prefix: String,
+        data: Vec<u8>,
+        acls: Vec<zk::Acl>,
+    ) -> tokio::sync::oneshot::Receiver<std::result::Result<(zk::Stat, String), zk::Error>> {
+        debug_assert!(!self.verify_czxid && !self.claimed, "queue nodes only");
+        self.released = true;
+        self.stop_monitor.cancel();
+        let monitor = self.monitor.take();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (session, path, gate, lost, mark) = (
+            self.session.clone(),
+            self.path.clone(),
+            self.gate.clone(),
+            self.lost.clone(),
+            self.mark_release,
+        );
+        let task = async move {
+            // Sent in the first poll, which `spawn_tracked_sent` makes before we return.
+            let multi = {
+                let mut closed = gate.lock().unwrap();
+                *closed = true;
+                let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
+                epoch.release_and_create(&path, mark, &new_prefix, &data, &options)
+            };
+            let own = match monitor {
+                Some(m) => m.await.ok().flatten(),
+                None => None,
+            };
+            let result = multi.await;
+            let failed = result.is_err();
+            // The waiter settles the new node; a dropped waiter's node is its `Abandoned`'s.
+            let _ = tx.send(result);
+            if failed {
+                let released =
+                    release_retrying(&session, &epoch, &path, mark, None, &gate, None).await;
+                match released {
+                    Ok(()) | Err(zk::Error::NoNode) => {}
+                    Err(err) => {
+                        tracing::warn!(path, %err, "release failed; the node goes with the session")
+                    }
+                }
+            }
+            use_up_own_watch(own).await;
+            lost.cancel();
+        };
+        self.session
+            .spawn_tracked_sent(tracing::Instrument::in_current_span(task));
+        rx
+    }
+}
+
 impl Drop for Holding {
     fn drop(&mut self) {
         if !self.released && self.is_lost() {
@@ -741,8 +822,14 @@ async fn release_node(
         None => None,
     };
     let result = released.await;
+    use_up_own_watch(own).await;
+    result
+}
+
+/// Waits for our own-node watch, handed back by the stopped monitor, to be used up by our
+/// own release: it fires with our write (before its reply); an unsent check is `Gated`.
+async fn use_up_own_watch(own: Option<OwnCheck>) {
     if let Some(own) = own {
-        // The watch fires with our own write (before its reply); an unsent check is Gated.
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             if let Checked::Armed(w) = own.await {
                 w.await;
@@ -750,5 +837,4 @@ async fn release_node(
         })
         .await;
     }
-    result
 }

@@ -87,7 +87,7 @@ use crate::error::Result;
 use crate::path::{validate_path, Layout, NodeKind, NodeName};
 use crate::session::Epoch;
 
-pub(crate) use acquire::acquire;
+pub(crate) use acquire::{acquire, relock};
 pub(crate) use cleanup::{decide_fixed, find_by_protection, Abandoned, Fixed};
 pub(crate) use contenders::contenders;
 pub use contenders::{list_contenders, roles, Contender, Role};
