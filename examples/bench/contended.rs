@@ -14,33 +14,62 @@ use zk_recipes::{FairLock, RwLock};
 use crate::common::*;
 use crate::Cfg;
 
-pub async fn fair_lock(cs: &str, root: &str, cfg: &Cfg, n: usize, m: &mut Metrics) -> Res<()> {
+/// With `relock`, each worker loops `relock` (release and queue again in one transaction)
+/// instead of `release` then `lock`: figures under `contended_relock_nN`.
+pub async fn fair_lock(
+    cs: &str,
+    root: &str,
+    cfg: &Cfg,
+    n: usize,
+    relock: bool,
+    m: &mut Metrics,
+) -> Res<()> {
+    let how = if relock {
+        "relock (release + queue again in one transaction)"
+    } else {
+        "lock -> release"
+    };
     section(&format!(
-        "2. contended FairLock, {n} sessions looping lock -> release on one path"
+        "2. contended FairLock, {n} sessions looping {how} on one path"
     ));
     let sessions = connect_many(cs, n).await?;
-    let path = format!("{root}/mutex-n{n}");
+    let path = format!("{root}/mutex-n{n}-{relock}");
     let ex = Arc::new(Exclusion::default());
     let (w, recs) = run_workers(cs, &sessions, cfg, |_, session, stop| {
         let (ex, path) = (ex.clone(), path.clone());
         async move {
             let lock = FairLock::new(&session, &path)?;
             let mut recs = Recs::new();
+            let mut held = None;
             while !stop.load(Ordering::SeqCst) {
                 let t0 = Instant::now();
-                let guard = lock.lock().await?;
+                let guard = match held.take() {
+                    Some(g) => lock.relock(g).await?,
+                    None => lock.lock().await?,
+                };
                 let t1 = Instant::now();
                 ex.enter_exclusive(guard.fencing_token());
                 recs.push((t1, t1 - t0));
                 ex.leave_exclusive();
-                guard.release().await?;
+                if relock {
+                    held = Some(guard);
+                } else {
+                    guard.release().await?;
+                }
+            }
+            if let Some(g) = held {
+                g.release().await?;
             }
             Ok(recs)
         }
     })
     .await?;
     let s = in_window(&recs, w.ws, w.we);
-    let p = format!("contended_n{n}");
+    let p = if relock {
+        format!("contended_relock_n{n}")
+    } else {
+        format!("contended_n{n}")
+    };
     let done = s.len().max(1) as f64;
     m.put(
         &format!("{p}.handoffs_per_s"),

@@ -27,7 +27,8 @@
 //! # Sections (one file each)
 //!
 //! 1. `uncontended.rs`: one session, FairLock acquire+release beside a raw create+delete.
-//! 2. `contended.rs`: N sessions looping lock → release on one path (hand-offs/s).
+//! 2. `contended.rs`: N sessions looping lock → release on one path (hand-offs/s), then looping
+//!    `relock` (release and queue again in one transaction).
 //! 3. `drain.rs`: 1000 queued waiters drained, beside the **raw chain** (N bare clients, each
 //!    waiting for its predecessor's deletion, then deleting its own node): the per hand-off
 //!    cost against one write plus one notification, split into wake-up and release.
@@ -223,7 +224,8 @@ async fn ours(cs: &str, cfg: &Cfg, round: usize) -> Res<Metrics> {
     }
     if cfg.has("contended") {
         for &n in &cfg.contended {
-            contended::fair_lock(cs, &root, cfg, n, &mut m).await?;
+            contended::fair_lock(cs, &root, cfg, n, false, &mut m).await?;
+            contended::fair_lock(cs, &root, cfg, n, true, &mut m).await?;
         }
     }
     if cfg.has("drain") {

@@ -141,6 +141,27 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
             Some(&k),
             Goal::AtLeastPeers(2.0),
         ));
+        v.push(row(
+            format!("contended hand-offs/s, {n} sessions, looping relock (peers: lock, release)"),
+            &format!("contended_relock_n{n}.handoffs_per_s"),
+            Some(&c),
+            Some(&k),
+            Goal::None,
+        ));
+        v.push(row(
+            format!("  log syncs per hand-off, {n} sessions (ours: lock, release)"),
+            &format!("contended_n{n}.fsyncs_per_handoff"),
+            None,
+            None,
+            Goal::None,
+        ));
+        v.push(row(
+            format!("  log syncs per hand-off, {n} sessions (ours: relock)"),
+            &format!("contended_relock_n{n}.fsyncs_per_handoff"),
+            None,
+            None,
+            Goal::None,
+        ));
     }
     v.push(row(
         "reads/s, 8 readers".into(),
@@ -169,6 +190,27 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
         Some("curator.mutex.uncontended.acquire_release.p50"),
         None,
         Goal::AtMostPeers(0.75),
+    ));
+    v.push(row(
+        "worker loop with relock per iteration p50 [µs] (peers: acquire+release)".into(),
+        "uncontended.relock_loop.p50",
+        Some("curator.mutex.uncontended.acquire_release.p50"),
+        None,
+        Goal::AtMostPeers(0.75),
+    ));
+    v.push(row(
+        "  log syncs per worker-loop iteration (lock, drop the guard)".into(),
+        "uncontended.worker_loop.fsyncs_per_iteration",
+        None,
+        None,
+        Goal::None,
+    ));
+    v.push(row(
+        "  log syncs per worker-loop iteration (relock)".into(),
+        "uncontended.relock_loop.fsyncs_per_iteration",
+        None,
+        None,
+        Goal::None,
     ));
     v.push(row(
         "worker loop per iteration, mean over the window [µs]".into(),

@@ -223,7 +223,7 @@ impl<'a> Waiter<'a> {
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
         let semaphore = matches!(spec.rule, Rule::Permits(_));
         let mut made_parents = 0;
-        let (me, czxid, children, dir_data) = loop {
+        let (me, czxid, children, dir_data, own_watch) = loop {
             // A relock releases the held node in the same transaction (first pass only).
             let relocking = handover.is_some();
             let create = match handover.take() {
@@ -238,15 +238,19 @@ impl<'a> Waiter<'a> {
                     futures::future::Either::Left(async move {
                         let (stat, name) = created.await.unwrap_or(Err(zk::Error::ClientClosed))?;
                         if stat.czxid > 0 && stat.ephemeral_owner != 0 {
-                            return Ok((stat, name));
+                            return Ok((stat, name, None));
                         }
                         // ZooKeeper 3.8 answers a create inside a multi without its stat: read
-                        // it (the czxid is our fencing token and our node's identity).
-                        match epoch.check_stat(&join(dir, &name)).await? {
-                            Some(stat) => Ok((stat, name)),
+                        // it (the czxid is our fencing token and our node's identity), with
+                        // the own-node watch that the wait and the guard need anyway.
+                        match epoch.check_and_watch_stat(&join(dir, &name)).await? {
+                            (Some(stat), w) => {
+                                let own: WatchFuture = Box::pin(w.changed());
+                                Ok((stat, name, Some(own)))
+                            }
                             // Deleted already (an administrator): as an unknown outcome, the
                             // protection id is looked for, not found, and we queue again.
-                            None => Err(zk::Error::ConnectionLoss),
+                            (None, _) => Err(zk::Error::ConnectionLoss),
                         }
                     })
                 }
@@ -256,7 +260,7 @@ impl<'a> Waiter<'a> {
                     futures::future::Either::Right(async move {
                         create
                             .await
-                            .map(|(stat, seq)| (stat, format!("{prefix}{seq}")))
+                            .map(|(stat, seq)| (stat, format!("{prefix}{seq}"), None))
                     })
                 }
             };
@@ -269,7 +273,7 @@ impl<'a> Waiter<'a> {
                 None => None,
             };
             match created {
-                Ok((stat, name)) => {
+                Ok((stat, name, own)) => {
                     pending.set_path(join(&spec.dir, &name));
                     if stat.ephemeral_owner != epoch.session_id {
                         return Err(Error::ZooKeeper {
@@ -282,7 +286,7 @@ impl<'a> Waiter<'a> {
                     }
                     let node = NodeName::parse(&name).expect("our own node name parses");
                     match listed {
-                        Ok((children, _)) => break (node, stat.czxid, children, dir_data),
+                        Ok((children, _)) => break (node, stat.czxid, children, dir_data, own),
                         Err(err) if is_unknown(&err) => {
                             return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
                         }
@@ -335,7 +339,7 @@ impl<'a> Waiter<'a> {
                         None => None,
                     };
                     match listed {
-                        Ok((children, _)) => break (node, czxid, children, dir_data),
+                        Ok((children, _)) => break (node, czxid, children, dir_data, None),
                         Err(_) => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
                     }
                 }
@@ -365,7 +369,7 @@ impl<'a> Waiter<'a> {
             czxid,
             lower: Vec::new(),
             cut: false,
-            own_watch: None,
+            own_watch,
             confirmed: true,
             missing_in_a_row: 0,
             blips: 0,
