@@ -170,6 +170,7 @@ impl FairLock {
     pub async fn relock(&self, guard: LockGuard) -> Result<LockGuard> {
         let holding = guard.into_holding();
         let ours = holding.belongs_to(&self.session)
+            && holding.is_queue_node()
             && crate::path::parent(holding.path()) == self.spec.dir
             && holding.name().kind == self.spec.kind;
         if !ours {

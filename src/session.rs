@@ -909,9 +909,12 @@ impl Epoch {
                             let name = crate::path::child_name(&path).to_string();
                             Ok((stat, name))
                         }
-                        other => Err(zk::Error::UnexpectedError(format!(
-                            "a relock's transaction answered {other:?} for its create"
-                        ))),
+                        // Applied, but the answer does not say what it made: settle it as an
+                        // unknown outcome (the new node is looked for by its protection id).
+                        other => {
+                            tracing::warn!(?other, "a relock's transaction answered no create");
+                            Err(zk::Error::ConnectionLoss)
+                        }
                     },
                     Err(err) => Err(zk::Error::from(err)),
                 },

@@ -862,6 +862,7 @@ async fn a_relock_hands_the_lock_on_and_queues_at_the_back_in_one_transaction() 
         FaultAction::Stall(stall),
     ));
     let sent = std::time::Instant::now();
+    let old_lost = ga.lost_token();
     let holding_b = Arc::new(AtomicUsize::new(0));
     let relock = {
         let (lock_a, holding_b) = (lock_a.clone(), holding_b.clone());
@@ -886,6 +887,12 @@ async fn a_relock_hands_the_lock_on_and_queues_at_the_back_in_one_transaction() 
         seen.len(),
         2,
         "with only its first request through, the relock's new node must be queued: {seen:?}"
+    );
+    // The old guard is over as soon as the relock is sent: a watchdog on its `lost()` must not
+    // fire later, under the next guard.
+    assert!(
+        old_lost.is_cancelled(),
+        "the old guard's lost() is still pending"
     );
     let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
@@ -950,8 +957,9 @@ async fn a_relock_of_a_lost_guard_answers_lock_lost_and_creates_nothing() {
     a.close().await;
 }
 
-/// A guard of another lock, or of another session, is refused with `InvalidArgument`, and
-/// released.
+/// A guard of another lock, of another session, or of a simple lock whose fixed node sits in
+/// the queue's directory (its kind and parent match, but it is no queue node: its path is
+/// reused by later holders) is refused with `InvalidArgument`, and released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relock_with_a_foreign_guard_is_refused_and_the_guard_released() {
     let root = unique_root("relock-foreign");
@@ -959,17 +967,20 @@ async fn a_relock_with_a_foreign_guard_is_refused_and_the_guard_released() {
     let here = FairLock::new(&a, format!("{root}/here")).unwrap();
     let there = FairLock::new(&a, format!("{root}/there")).unwrap();
     let on_b = FairLock::new(&b, format!("{root}/here")).unwrap();
+    let simple = zk_recipes::ExclusiveLock::new(&a, format!("{root}/here/x")).unwrap();
     for (guard, lock) in [
         (there.lock().await.unwrap(), &here),
         (here.lock().await.unwrap(), &on_b),
+        (simple.lock().await.unwrap(), &here),
     ] {
-        let dir = guard.path().rsplit_once('/').unwrap().0.to_string();
+        let (dir, name) = guard.path().rsplit_once('/').unwrap();
+        let (dir, name) = (dir.to_string(), name.to_string());
         match lock.relock(guard).await {
             Err(Error::InvalidArgument(_)) => {}
             other => panic!("{other:?}"),
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while !children(&dir).await.is_empty() {
+        while children(&dir).await.contains(&name) {
             assert!(std::time::Instant::now() < deadline, "not released");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

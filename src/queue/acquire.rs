@@ -226,6 +226,9 @@ impl<'a> Waiter<'a> {
         let (me, czxid, children, dir_data, own_watch) = loop {
             // A relock releases the held node in the same transaction (first pass only).
             let relocking = handover.is_some();
+            // Set once a relock's transaction was applied: from then on our old node is gone
+            // and a new one exists, whatever fails next.
+            let applied = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let create = match handover.take() {
                 Some(mut held) => {
                     let created = held.start_relock(
@@ -234,23 +237,26 @@ impl<'a> Waiter<'a> {
                         spec.data.clone(),
                         acls.clone(),
                     );
-                    let (epoch, dir) = (epoch.clone(), &spec.dir);
+                    let (epoch, dir, applied) = (epoch.clone(), &spec.dir, applied.clone());
                     futures::future::Either::Left(async move {
                         let (stat, name) = created.await.unwrap_or(Err(zk::Error::ClientClosed))?;
+                        applied.store(true, std::sync::atomic::Ordering::SeqCst);
                         if stat.czxid > 0 && stat.ephemeral_owner != 0 {
                             return Ok((stat, name, None));
                         }
                         // ZooKeeper 3.8 answers a create inside a multi without its stat: read
                         // it (the czxid is our fencing token and our node's identity), with
                         // the own-node watch that the wait and the guard need anyway.
-                        match epoch.check_and_watch_stat(&join(dir, &name)).await? {
-                            (Some(stat), w) => {
+                        match epoch.check_and_watch_stat(&join(dir, &name)).await {
+                            Ok((Some(stat), w)) => {
                                 let own: WatchFuture = Box::pin(w.changed());
                                 Ok((stat, name, Some(own)))
                             }
-                            // Deleted already (an administrator): as an unknown outcome, the
-                            // protection id is looked for, not found, and we queue again.
-                            (None, _) => Err(zk::Error::ConnectionLoss),
+                            // Deleted already (an administrator): as after a plain create.
+                            Ok((None, _)) => Err(zk::Error::NoNode),
+                            // Any failure now leaves our new node unread: settle it as an
+                            // unknown outcome (found by its protection id), never abandon it.
+                            Err(_) => Err(zk::Error::ConnectionLoss),
                         }
                     })
                 }
@@ -294,9 +300,16 @@ impl<'a> Waiter<'a> {
                     }
                 }
                 Err(zk::Error::NoNode) if relocking => {
+                    pending.disarm();
+                    if applied.load(std::sync::atomic::Ordering::SeqCst) {
+                        // Our new node was deleted before we read it: queue again.
+                        return Ok(Entered::Done(Attempt::Requeue(
+                            LossReason::NodeDeleted,
+                            None,
+                        )));
+                    }
                     // The node we were releasing is gone (with its directory, or deleted by
                     // someone else), so nothing was created: the lock was lost while held.
-                    pending.disarm();
                     return Err(Error::LockLost(LossReason::NodeDeleted));
                 }
                 Err(zk::Error::NoNode) if made_parents < 5 => {

@@ -279,6 +279,12 @@ impl Holding {
     pub(crate) fn fencing_token(&self) -> i64 {
         self.czxid
     }
+    /// Whether this is a queue node (a sequential node of its own, which only its holder
+    /// ever has at that path): what a relock may release. The simple lock's fixed node is not.
+    pub(crate) fn is_queue_node(&self) -> bool {
+        !self.verify_czxid && !self.claimed && self.name.sequence.is_some()
+    }
+
     /// Whether this holding was granted through `session` (a handle of the same manager).
     pub(crate) fn belongs_to(&self, session: &Session) -> bool {
         self.session.same_as(session)
@@ -564,9 +570,12 @@ impl Holding {
         data: Vec<u8>,
         acls: Vec<zk::Acl>,
     ) -> tokio::sync::oneshot::Receiver<std::result::Result<(zk::Stat, String), zk::Error>> {
-        debug_assert!(!self.verify_czxid && !self.claimed, "queue nodes only");
+        debug_assert!(self.is_queue_node(), "queue nodes only");
         self.released = true;
         self.stop_monitor.cancel();
+        // This guard is over from now on, as a dropped one is: a `lost()` kept by a watchdog
+        // must not fire later, after the relock has handed out the next guard.
+        self.lost.cancel();
         let monitor = self.monitor.take();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (session, path, gate, lost, mark) = (
