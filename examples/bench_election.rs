@@ -37,9 +37,11 @@
 //! A **turn** runs ours default, ours with the mark (and the raw pairs), and Curator, so
 //! that a burst of load from other processes lands on one turn rather than on one variant.
 //! The report gives the median (min-max) over the turns of each variant's p50 and p99 (by
-//! nearest rank), the ratios of the medians and the goals of issue 13: default failover
-//! <= 1.0x Curator's, release-mark failover <= 1.15x the raw hand-off. They are reported,
-//! not asserted. The load average is printed: figures taken on a busy machine are noisy.
+//! nearest rank), the ratios of the medians, the per-turn ratios of ours (marked) to the raw
+//! pairs that ran round by round with it, and the goals of issue 13: default failover
+//! <= 1.0x Curator's (ratio of the medians), release-mark failover <= 1.15x the raw hand-off
+//! (the median of the per-turn ratios: the steadier of the two, since the pair saw the same
+//! moments). They are reported, not asserted. The load average is printed: figures taken on a busy machine are noisy.
 //!
 //! * **expiry** (`--expire-rounds N`, once after the turns): the leader's session is ended on
 //!   the server by resuming it on a second connection and closing it (ours:
@@ -362,7 +364,12 @@ async fn run(opts: Opts) -> Res<()> {
     }
     println!("  ratios of the medians of p50:");
     goal("ours (default) / Curator LeaderLatch", med[2] / med[4], 1.0);
-    goal("ours (release mark) / raw hand-off", med[3] / med[0], 1.15);
+    // The mark's goal is judged on the paired per-turn ratio below, not on this one.
+    goal(
+        "ours (release mark) / raw hand-off",
+        med[3] / med[0],
+        f64::NAN,
+    );
     goal(
         "ours (release mark) / raw multi hand-off",
         med[3] / med[1],
@@ -380,9 +387,15 @@ async fn run(opts: Opts) -> Res<()> {
     println!(
         "  per-turn ratios of p50 (raw and ours interleaved round by round), median (min-max):"
     );
+    let vs_raw = paired(|t| Some(&t.baseline));
     println!(
         "  ours (release mark) / raw hand-off               {}",
-        spread(&paired(|t| Some(&t.baseline)))
+        spread(&vs_raw)
+    );
+    goal(
+        "  median of the per-turn ratios to the raw hand-off",
+        median(&vs_raw),
+        1.15,
     );
     println!(
         "  ours (release mark) / raw multi hand-off         {}",
