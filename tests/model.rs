@@ -92,6 +92,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::future::Either;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use zk_recipes::testing::{
@@ -1010,71 +1011,36 @@ async fn run_actor(ctx: Arc<Ctx>, me: usize, plan: ActorPlan, handle: Handle, se
             None => tokio::time::sleep(op.pause).await,
         }
         let kind = handle.kind(op.write);
-        if let Some((hid, held)) = carried.take() {
-            lock(rec).waiters.insert(me, Instant::now());
-            lock(rec).log(format!("actor {me}: relock holding #{hid}, {:?}", op.mode));
-            end_holding(&ctx, me, hid, &held, "released");
-            // Blocking, or cancelled as the op's mode says (its release goes on regardless).
-            let result = match op.mode {
-                Mode::CancelAfter(d) => tokio::select! {
-                    r = handle.relock(held) => Some(r),
-                    _ = tokio::time::sleep(d) => None,
-                },
-                Mode::CancelPolls(n) => {
-                    let mut fut = std::pin::pin!(handle.relock(held));
-                    let mut out = None;
-                    for _ in 0..n {
-                        if let std::task::Poll::Ready(r) = futures::poll!(fut.as_mut()) {
-                            out = Some(r);
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(rng.range(0, 5))).await;
-                    }
-                    out
-                }
-                _ => Some(handle.relock(held).await),
-            };
-            lock(rec).waiters.remove(&me);
-            let held = match result {
-                None => {
-                    lock(rec).log(format!("actor {me}: relock cancelled"));
-                    continue;
-                }
-                Some(Err(e)) => {
-                    lock(rec).log(format!("actor {me}: relock failed: {e}"));
-                    continue;
-                }
-                Some(Ok(held)) => held,
-            };
-            let hid = grant(&ctx, me, plan.session, kind, &held);
-            hold(&ctx, hid, &held, op.hold).await;
-            carried = finish_or_carry(
-                &ctx,
-                me,
-                hid,
-                held,
-                op,
-                fair && i + 1 < plan.ops.len(),
-                &mut relock_rng,
-            )
-            .await;
-            continue;
-        }
-        let waits = matches!(op.mode, Mode::Block | Mode::Timeout(_));
+        // A relock blocks (or is cancelled as the op's mode says: its release goes on
+        // regardless); an acquire waits as its mode says.
+        let (what, waits, attempt) = match carried.take() {
+            Some((hid, held)) => {
+                lock(rec).log(format!("actor {me}: relock holding #{hid}, {:?}", op.mode));
+                end_holding(&ctx, me, hid, &held, "released");
+                ("relock", true, Either::Left(handle.relock(held)))
+            }
+            None => {
+                lock(rec).log(format!("actor {me}: {kind:?} {:?}", op.mode));
+                let (timeout, try_only) = match op.mode {
+                    Mode::Timeout(d) => (Some(d), false),
+                    Mode::Try => (None, true),
+                    _ => (None, false),
+                };
+                let waits = matches!(op.mode, Mode::Block | Mode::Timeout(_));
+                let acquire = handle.acquire(op.write, timeout, try_only);
+                ("acquire", waits, Either::Right(acquire))
+            }
+        };
         if waits {
             lock(rec).waiters.insert(me, Instant::now());
         }
-        lock(rec).log(format!("actor {me}: {kind:?} {:?}", op.mode));
         let result: Option<zk_recipes::Result<Held>> = match op.mode {
-            Mode::Block => Some(handle.acquire(op.write, None, false).await),
-            Mode::Timeout(d) => Some(handle.acquire(op.write, Some(d), false).await),
-            Mode::Try => Some(handle.acquire(op.write, None, true).await),
             Mode::CancelAfter(d) => tokio::select! {
-                r = handle.acquire(op.write, None, false) => Some(r),
+                r = attempt => Some(r),
                 _ = tokio::time::sleep(d) => None,
             },
             Mode::CancelPolls(n) => {
-                let mut fut = std::pin::pin!(handle.acquire(op.write, None, false));
+                let mut fut = std::pin::pin!(attempt);
                 let mut out = None;
                 for _ in 0..n {
                     if let std::task::Poll::Ready(r) = futures::poll!(fut.as_mut()) {
@@ -1085,33 +1051,26 @@ async fn run_actor(ctx: Arc<Ctx>, me: usize, plan: ActorPlan, handle: Handle, se
                 }
                 out
             }
+            Mode::Block | Mode::Timeout(_) | Mode::Try => Some(attempt.await),
         };
         if waits {
             lock(rec).waiters.remove(&me);
         }
         let held = match result {
             None => {
-                lock(rec).log(format!("actor {me}: acquire cancelled"));
+                lock(rec).log(format!("actor {me}: {what} cancelled"));
                 continue;
             }
             Some(Err(e)) => {
-                lock(rec).log(format!("actor {me}: acquire failed: {e}"));
+                lock(rec).log(format!("actor {me}: {what} failed: {e}"));
                 continue;
             }
             Some(Ok(held)) => held,
         };
         let hid = grant(&ctx, me, plan.session, kind, &held);
         hold(&ctx, hid, &held, op.hold).await;
-        carried = finish_or_carry(
-            &ctx,
-            me,
-            hid,
-            held,
-            op,
-            fair && i + 1 < plan.ops.len(),
-            &mut relock_rng,
-        )
-        .await;
+        let may_relock = fair && i + 1 < plan.ops.len();
+        carried = finish_or_carry(&ctx, me, hid, held, op, may_relock, &mut relock_rng).await;
     }
     if let Some((hid, held)) = carried {
         finish(&ctx, me, hid, held, true).await;

@@ -153,25 +153,14 @@ pub async fn run(cs: &str, root: &str, cfg: &Cfg, m: &mut Metrics) -> Res<()> {
         drop(lock.lock().await?);
         iters.add(t.elapsed());
     }
-    let n = iters.len().max(1) as f64;
-    m.put("uncontended.worker_loop.p50", iters.pct(50.0), "us");
-    m.put(
-        "uncontended.worker_loop.mean",
-        start.elapsed().as_secs_f64() * 1e6 / n,
-        "us",
-    );
-    // The server's transaction-log syncs (mntr's zk_cnt_fsynctime; only our session writes
-    // meanwhile): 1 per iteration when the release and the next create share a sync, 2 when
-    // they do not.
-    m.put(
-        "uncontended.worker_loop.fsyncs_per_iteration",
-        (mntr_get(&mntr(cs), "zk_cnt_fsynctime") - f0) / n,
-        "fsyncs",
-    );
-    m.put(
-        "uncontended.worker_loop.requests_per_iteration",
-        (session.request_count() - r0) as f64 / n,
-        "requests",
+    put_loop(
+        m,
+        cs,
+        "worker_loop",
+        &iters,
+        start,
+        f0,
+        session.request_count() - r0,
     );
 
     // The same loop with `relock`: the release and the next create in one transaction, so
@@ -185,25 +174,43 @@ pub async fn run(cs: &str, root: &str, cfg: &Cfg, m: &mut Metrics) -> Res<()> {
         guard = lock.relock(guard).await?;
         iters.add(t.elapsed());
     }
+    let requests = session.request_count() - r0;
     guard.release().await?;
+    put_loop(m, cs, "relock_loop", &iters, start, f0, requests);
+    drop(lock);
+    session.close().await;
+    Ok(())
+}
+
+/// A worker loop's figures under `uncontended.<name>`: p50 and mean per iteration since
+/// `start`, the server's transaction-log syncs per iteration since `f0` (mntr's
+/// `zk_cnt_fsynctime`; only our session writes meanwhile: 1 per iteration when the release and
+/// the next create share a sync, 2 when they do not) and our `requests` per iteration.
+fn put_loop(
+    m: &mut Metrics,
+    cs: &str,
+    name: &str,
+    iters: &Samples,
+    start: Instant,
+    f0: f64,
+    requests: u64,
+) {
     let n = iters.len().max(1) as f64;
-    m.put("uncontended.relock_loop.p50", iters.pct(50.0), "us");
+    let p = format!("uncontended.{name}");
+    m.put(&format!("{p}.p50"), iters.pct(50.0), "us");
     m.put(
-        "uncontended.relock_loop.mean",
+        &format!("{p}.mean"),
         start.elapsed().as_secs_f64() * 1e6 / n,
         "us",
     );
     m.put(
-        "uncontended.relock_loop.fsyncs_per_iteration",
+        &format!("{p}.fsyncs_per_iteration"),
         (mntr_get(&mntr(cs), "zk_cnt_fsynctime") - f0) / n,
         "fsyncs",
     );
     m.put(
-        "uncontended.relock_loop.requests_per_iteration",
-        (session.request_count() - r0) as f64 / n,
+        &format!("{p}.requests_per_iteration"),
+        requests as f64 / n,
         "requests",
     );
-    drop(lock);
-    session.close().await;
-    Ok(())
 }
