@@ -1091,3 +1091,42 @@ async fn a_relock_cut_at_any_request_hands_on_once_and_leaves_one_node() {
         }
     }
 }
+
+/// The old guard is over as soon as its relock is sent, even when the transaction fails and
+/// its release has to be retried after a reconnect: a watchdog on its `lost()` must not fire
+/// later, under the next guard. Here the relock's transaction never reaches the server (the
+/// connection is cut before it, and refused for 800 ms), and the old guard's `lost()` has
+/// fired within 200 ms, long before the fallback release can run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_guard_is_over_when_the_relock_is_sent_even_if_its_transaction_fails() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let root = unique_root("relock-over");
+    let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let lock = FairLock::new(&a, &root).unwrap();
+    let g = lock.lock().await.unwrap();
+    let old_lost = g.lost_token();
+    let refuse_for = Duration::from_millis(800);
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(1),
+        FaultAction::Cut { refuse_for },
+    ));
+    let relock = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.relock(g).await })
+    };
+    tokio::time::timeout(Duration::from_millis(200), old_lost.cancelled())
+        .await
+        .expect("the old guard's lost() had not fired 200 ms after its relock was sent");
+    let g = tokio::time::timeout(Duration::from_secs(20), relock)
+        .await
+        .expect("the relock hung")
+        .unwrap()
+        .expect("relock after the reconnect");
+    let names = children(&root).await;
+    assert!(
+        names.len() == 1 && g.path().ends_with(names[0].as_str()),
+        "left {names:?}"
+    );
+    g.release().await.unwrap();
+    a.close().await;
+}
