@@ -855,26 +855,15 @@ impl Epoch {
         mark: &'a [u8],
         version: Option<i32>,
     ) -> impl Future<Output = ZkResult<()>> + Send + 'a {
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let sent = Instant::now();
-        crate::observe::request("multi");
         let mut writer = self.client.new_multi_writer();
         // `version`: the data version the node must have; the set makes it version + 1.
         let queued = writer
             .add_set_data(path, mark, version)
             .and_then(|_| writer.add_delete(path, version.map(|v| v + 1)));
         let commit = queued.map(|_| writer.commit());
-        let health = self.health.clone();
-        async move {
-            let result = match commit {
-                Ok(fut) => fut.await.map(|_| ()).map_err(zk::Error::from),
-                Err(err) => Err(err),
-            };
-            if was_answered(&result) {
-                health.answered(sent);
-            }
-            result
-        }
+        self.track("multi", async move {
+            commit?.await.map(|_| ()).map_err(zk::Error::from)
+        })
     }
 
     /// One transaction: the release of our node at `path` (marked as `set_and_delete`
@@ -888,9 +877,6 @@ impl Epoch {
         data: &[u8],
         options: &zk::CreateOptions<'_>,
     ) -> impl Future<Output = ZkResult<(zk::Stat, String)>> + Send + 'a {
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let sent = Instant::now();
-        crate::observe::request("multi");
         let mut writer = self.client.new_multi_writer();
         let queued = (if mark {
             writer.add_set_data(path, crate::queue::RELEASE_MARK, None)
@@ -900,31 +886,19 @@ impl Epoch {
         .and_then(|_| writer.add_delete(path, None))
         .and_then(|_| writer.add_create(new_prefix, data, options));
         let commit = queued.map(|_| writer.commit());
-        let health = self.health.clone();
-        async move {
-            let result = match commit {
-                Ok(fut) => match fut.await {
-                    Ok(results) => match results.into_iter().last() {
-                        Some(zk::MultiWriteResult::Create { path, stat }) => {
-                            let name = crate::path::child_name(&path).to_string();
-                            Ok((stat, name))
-                        }
-                        // Applied, but the answer does not say what it made: settle it as an
-                        // unknown outcome (the new node is looked for by its protection id).
-                        other => {
-                            tracing::warn!(?other, "a relock's transaction answered no create");
-                            Err(zk::Error::ConnectionLoss)
-                        }
-                    },
-                    Err(err) => Err(zk::Error::from(err)),
-                },
-                Err(err) => Err(err),
-            };
-            if was_answered(&result) {
-                health.answered(sent);
+        self.track("multi", async move {
+            match commit?.await.map_err(zk::Error::from)?.into_iter().last() {
+                Some(zk::MultiWriteResult::Create { path, stat }) => {
+                    Ok((stat, crate::path::child_name(&path).to_string()))
+                }
+                // Applied, but the answer does not say what it made: settle it as an unknown
+                // outcome (the new node is looked for by its protection id).
+                other => {
+                    tracing::warn!(?other, "a relock's transaction answered no create");
+                    Err(zk::Error::ConnectionLoss)
+                }
             }
-            result
-        }
+        })
     }
 
     /// Creates the missing ancestors of `path` (not `path` itself is created: only up to its

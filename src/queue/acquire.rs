@@ -38,14 +38,7 @@ pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> 
 ///
 /// As [`acquire`]; once polled, the release of `held` happens even if the future is dropped.
 pub(crate) async fn relock(session: &Session, spec: &QueueSpec, held: Holding) -> Result<Granted> {
-    if held.is_lost() {
-        return Err(Error::LockLost(
-            held.loss_reason().unwrap_or(LossReason::SessionExpired),
-        ));
-    }
-    let Some(epoch) = held.epoch() else {
-        return Err(Error::LockLost(LossReason::SessionExpired));
-    };
+    let epoch = held.live_epoch()?;
     acquire_after(session, spec, Wait::Until(None), Some((epoch, held))).await
 }
 
@@ -77,18 +70,7 @@ async fn acquire_in_turn(
         // A relock's first attempt runs in the epoch of the node it releases.
         let (epoch, handover) = match held.take() {
             Some((epoch, holding)) => (epoch, Some(holding)),
-            None => {
-                let epoch = match wait {
-                    Wait::Until(Some(deadline)) => {
-                        match tokio::time::timeout_at(deadline.into(), session.epoch()).await {
-                            Ok(r) => r?,
-                            Err(_) => return Err(Error::Timeout),
-                        }
-                    }
-                    _ => session.epoch().await?,
-                };
-                (epoch, None)
-            }
+            None => (epoch_before(session, wait).await?, None),
         };
         if let Some(path) = stale.take() {
             // A node from an older session is deleted, never adopted.
@@ -115,6 +97,19 @@ async fn acquire_in_turn(
                 stale = left;
             }
         }
+    }
+}
+
+/// The session's live epoch, waited for no later than the deadline of `wait`.
+async fn epoch_before(session: &Session, wait: Wait) -> Result<Arc<Epoch>> {
+    match wait {
+        Wait::Until(Some(deadline)) => {
+            match tokio::time::timeout_at(deadline.into(), session.epoch()).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::Timeout),
+            }
+        }
+        _ => session.epoch().await,
     }
 }
 

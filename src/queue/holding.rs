@@ -317,6 +317,18 @@ impl Holding {
                 .unwrap_or(LossReason::ConnectionLost)
         })
     }
+    /// The epoch our node lives in, while the lock is held; `LockLost` once it is lost (its
+    /// reason if known, else the session's end). What a release or a relock starts from.
+    pub(crate) fn live_epoch(&self) -> Result<Arc<Epoch>> {
+        if self.is_lost() {
+            return Err(Error::LockLost(
+                self.loss_reason().unwrap_or(LossReason::SessionExpired),
+            ));
+        }
+        self.epoch()
+            .ok_or(Error::LockLost(LossReason::SessionExpired))
+    }
+
     pub(crate) fn epoch(&self) -> Option<Arc<Epoch>> {
         self.epoch
             .upgrade()
@@ -463,15 +475,12 @@ impl Holding {
         self.released = true;
         self.stop_monitor.cancel();
         let monitor = self.monitor.take();
-        if self.is_lost() {
-            self.unclaim();
-            return Err(Error::LockLost(
-                self.loss_reason().unwrap_or(LossReason::SessionExpired),
-            ));
-        }
-        let Some(epoch) = self.epoch() else {
-            self.unclaim();
-            return Err(Error::LockLost(LossReason::SessionExpired));
+        let epoch = match self.live_epoch() {
+            Ok(epoch) => epoch,
+            Err(err) => {
+                self.unclaim();
+                return Err(err);
+            }
         };
         let outcome = self.start_release(epoch, monitor);
         let result = outcome.await.unwrap_or(Err(zk::Error::ClientClosed));
@@ -524,23 +533,14 @@ impl Holding {
                 session.unclaim(czxid);
             }
             if let Err(result) = tx.send(result) {
-                match result {
-                    Ok(()) | Err(zk::Error::NoNode) => {
-                        tracing::debug!(path, "released in the background")
-                    }
-                    Err(err) => {
-                        tracing::warn!(path, %err, "release failed; the node goes with the session")
-                    }
-                }
+                log_unheard_release(&path, &result);
             }
         };
         self.session
             .spawn_tracked_sent(tracing::Instrument::in_current_span(task));
         rx
     }
-}
 
-impl Holding {
     /// Starts a relock: our release and the create of our next node at `new_prefix` in one
     /// transaction ([`Epoch::release_and_create`]), so a worker loop costs the server one log
     /// write and one sync per iteration instead of two. The request is sent before this
@@ -604,12 +604,7 @@ impl Holding {
             if failed {
                 let released =
                     release_retrying(&session, &epoch, &path, mark, None, &gate, None).await;
-                match released {
-                    Ok(()) | Err(zk::Error::NoNode) => {}
-                    Err(err) => {
-                        tracing::warn!(path, %err, "release failed; the node goes with the session")
-                    }
-                }
+                log_unheard_release(&path, &released);
             }
             use_up_own_watch(own).await;
             lost.cancel();
@@ -833,6 +828,16 @@ async fn release_node(
     let result = released.await;
     use_up_own_watch(own).await;
     result
+}
+
+/// Logs the outcome of a release nobody waits for (a dropped guard's, a relock's fallback).
+fn log_unheard_release(path: &str, result: &std::result::Result<(), zk::Error>) {
+    match result {
+        Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(path, "released in the background"),
+        Err(err) => {
+            tracing::warn!(path, %err, "release failed; the node goes with the session")
+        }
+    }
 }
 
 /// Waits for our own-node watch, handed back by the stopped monitor, to be used up by our
