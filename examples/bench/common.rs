@@ -373,3 +373,22 @@ pub fn rss_bytes() -> f64 {
         })
         .map_or(0.0, |kb| kb * 1024.0)
 }
+
+/// Turns `perf record` on or off when the bench runs under
+/// `perf record --control fifo:<path> -D -1` with `BENCH_PERF_CTL=<path>` (a diagnostic: the
+/// profile then covers only the measured phases, not the queue fill). `what` is printed so
+/// two profiles (ours, the raw chain) can be told apart; with `BENCH_PERF_PHASE=<word>` only
+/// the phases whose `what` contains the word are recorded.
+pub fn perf_ctl(on: bool, what: &str) {
+    let phase = std::env::var("BENCH_PERF_PHASE").unwrap_or_default();
+    if !what.contains(phase.as_str()) {
+        return;
+    }
+    if let Some(ctl) = std::env::var_os("BENCH_PERF_CTL") {
+        let cmd = if on { "enable\n" } else { "disable\n" };
+        if let Err(err) = std::fs::write(&ctl, cmd) {
+            eprintln!("BENCH_PERF_CTL: cannot write {cmd:?} to {ctl:?}: {err}");
+        }
+        eprintln!("perf {} for {what}", cmd.trim());
+    }
+}

@@ -10,7 +10,10 @@
 //! sessions): N nodes made with bare `zookeeper_client::Client`s, each link waiting with an
 //! `exists` watch for its predecessor's deletion and then deleting its own node. A hand-off
 //! there is exactly one write and one notification, with no ACL, no mark, no own-node watch
-//! and no recipe code. The two take turns, drain then chain, each round.
+//! and no recipe code. The two take turns: ours first in odd rounds, the chain first in even
+//! ones, after one unmeasured pair in the first round (a fresh server's JIT compiler took most
+//! of a core through the first rounds, and whichever side ran first paid for it). Each round
+//! records its own ratio; the goal is judged on the median of those.
 //!
 //! Both record per hand-off when the waiter learned it leads (ours: `lock()` returned; raw:
 //! the watch fired) and when its release (ours: `release()`; raw: `delete`) started and
@@ -138,6 +141,7 @@ async fn drain_once(
     let rss_per_waiter = (rss_bytes() - rss0) / n as f64;
     let q1 = requests(sessions);
     let mm0 = mntr(cs);
+    perf_ctl(true, "the drain");
     let c0 = cpu_us();
     let t0 = Instant::now();
     g0.release().await?;
@@ -150,6 +154,7 @@ async fn drain_once(
         );
     }
     let cpu = cpu_us() - c0;
+    perf_ctl(false, "the drain");
     let last = links.iter().map(|l| l.release.1).max().unwrap_or(t0);
     let mm1 = mntr(cs);
     let d = |k: &str| mntr_get(&mm1, k) - mntr_get(&mm0, k);
@@ -237,6 +242,12 @@ async fn chain_once(
     })
     .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let what = if mark {
+        "the raw chain (multi)"
+    } else {
+        "the raw chain"
+    };
+    perf_ctl(true, what);
     let c0 = cpu_us();
     let t0 = Instant::now();
     gate.delete(&gate_path, None).await?;
@@ -249,11 +260,55 @@ async fn chain_once(
         );
     }
     let cpu = cpu_us() - c0;
+    perf_ctl(false, what);
     let last = links.iter().map(|l| l.release.1).max().unwrap_or(t0);
     Ok(((last - t0).as_secs_f64(), split(&mut links, t0), cpu))
 }
 
-/// One drain of `n` waiters and one raw chain of `n` links, on the same number of sessions.
+/// Our drain of `n` waiters on `s_count` sessions (fresh ones, closed after it), and the
+/// mutual exclusion checker it ran under.
+async fn ours_once(
+    cs: &str,
+    root: &str,
+    s_count: usize,
+    n: usize,
+    round: usize,
+) -> Res<(DrainRun, Arc<Exclusion>)> {
+    let sessions = connect_many(cs, s_count).await?;
+    let gate_session = connect(cs).await?;
+    let observer = raw_client(cs).await?;
+    let ex = Arc::new(Exclusion::default());
+    let path = format!("{root}/drain-{n}-{round}");
+    let run = drain_once(cs, &sessions, &gate_session, &observer, &path, n, &ex).await;
+    close_all(&sessions).await;
+    gate_session.close().await;
+    Ok((run?, ex))
+}
+
+/// The raw chain of `n` links on `s_count` fresh bare clients.
+async fn chain(
+    cs: &str,
+    root: &str,
+    s_count: usize,
+    n: usize,
+    round: usize,
+    mark: bool,
+) -> Res<(f64, (f64, f64, f64), f64)> {
+    let clients = raw_clients(cs, s_count).await?;
+    let observer = raw_client(cs).await?;
+    let dir = if mark { "chain-multi" } else { "chain" };
+    chain_once(
+        &clients,
+        &observer,
+        &format!("{root}/{dir}-{n}-{round}"),
+        n,
+        mark,
+    )
+    .await
+}
+
+/// One drain of `n` waiters and one raw chain of `n` links, on the same number of sessions,
+/// in turns (see the body); before the first round, one of each not counted.
 pub async fn run(
     cs: &str,
     root: &str,
@@ -267,34 +322,31 @@ pub async fn run(
         "3. drain {n} queued waiters ({s_count} sessions x {} FairLock contenders), then the raw chain on {s_count} bare clients",
         n.div_ceil(s_count),
     ));
-    let sessions = connect_many(cs, s_count).await?;
-    let gate_session = connect(cs).await?;
-    let observer = raw_client(cs).await?;
-    let ex = Arc::new(Exclusion::default());
-    let path = format!("{root}/drain-{n}-{round}");
-    let run = drain_once(cs, &sessions, &gate_session, &observer, &path, n, &ex).await?;
-    close_all(&sessions).await;
-    gate_session.close().await;
-    drop(sessions);
-
-    let clients = raw_clients(cs, s_count).await?;
-    let (chain_secs, chain_split, chain_cpu) = chain_once(
-        &clients,
-        &observer,
-        &format!("{root}/chain-{n}-{round}"),
-        n,
-        false,
-    )
-    .await?;
+    if round == 1 {
+        // Warm-up, not counted: on a freshly started server the JVM's JIT compiler is still
+        // busy (perf: its C2 thread took 50-75% of a core through every phase of a drain-only
+        // run of 3 rounds), and whichever of the two ran first paid more of it.
+        let (w, wc) = (
+            ours_once(cs, root, s_count, n, 0).await?,
+            chain(cs, root, s_count, n, 0, false).await?,
+        );
+        println!(
+            "   warm-up (not counted): ours {:.0} us per hand-off, raw chain {:.0} us",
+            w.0.secs * 1e6 / n as f64,
+            wc.0 * 1e6 / n as f64
+        );
+    }
+    // Turns: ours first in odd rounds, the raw chain first in even ones, so that a drift of
+    // the server (its JIT, its disk) does not always favour the same side.
+    let ((run, ex), (chain_secs, chain_split, chain_cpu)) = if round % 2 == 1 {
+        let ours = ours_once(cs, root, s_count, n, round).await?;
+        (ours, chain(cs, root, s_count, n, round, false).await?)
+    } else {
+        let raw = chain(cs, root, s_count, n, round, false).await?;
+        (ours_once(cs, root, s_count, n, round).await?, raw)
+    };
     let multi = if cfg.chain_multi {
-        let (secs, split, _) = chain_once(
-            &clients,
-            &observer,
-            &format!("{root}/chain-multi-{n}-{round}"),
-            n,
-            true,
-        )
-        .await?;
+        let (secs, split, _) = chain(cs, root, s_count, n, round, true).await?;
         let p = format!("drain_n{n}.raw_chain_multi");
         m.put(&format!("{p}.per_handoff"), secs * 1e6 / n as f64, "us");
         m.put(&format!("{p}.wake.p50"), split.0, "us");
@@ -308,7 +360,6 @@ pub async fn run(
     } else {
         String::new()
     };
-    drop(clients);
 
     let per = run.secs * 1e6 / n as f64;
     let chain_per = chain_secs * 1e6 / n as f64;
@@ -326,6 +377,8 @@ pub async fn run(
         chain_split.2,
         "us",
     );
+    // This round's own ratio: the summary gives the median of these beside the ratio of the
+    // medians (the two sides of one round ran next to each other).
     m.put(&format!("{p}.vs_raw_chain"), per / chain_per, "x");
     // Client CPU (this process, every thread: tokio workers and zookeeper-client's I/O) per
     // hand-off while the queue drains.

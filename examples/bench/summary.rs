@@ -62,10 +62,10 @@ enum Goal {
     None,
     /// ours / each named peer ≥ factor (a rate).
     AtLeastPeers(f64),
-    /// ours / base ≤ factor (a time), `base` being another of our figures.
-    AtMostBase(f64),
     /// ours / each named peer ≤ factor (a time).
     AtMostPeers(f64),
+    /// The figure itself (a ratio already) ≤ factor, judged on its median.
+    AtMost(f64),
     /// Must be zero.
     Zero,
 }
@@ -98,8 +98,19 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
             base: Some(format!("drain_n{n}.raw_chain.per_handoff")),
             curator: None,
             kazoo: None,
+            goal: Goal::None,
+        });
+        // The goal is judged on the ratio of each round's two drains, which ran next to each
+        // other (in alternating order), not on the ratio of medians taken from different
+        // rounds: the server's disk and JIT drift between rounds by more than the gap measured.
+        v.push(Row {
+            label: format!("  ratio per round, {n} waiters (ours / the same round's raw chain)"),
+            ours: format!("drain_n{n}.vs_raw_chain"),
+            base: None,
+            curator: None,
+            kazoo: None,
             goal: if n == 1000 {
-                Goal::AtMostBase(1.15)
+                Goal::AtMost(1.15)
             } else {
                 Goal::None
             },
@@ -289,8 +300,8 @@ pub fn print(
         let (goal, met) = match r.goal {
             Goal::None => (String::new(), None),
             Goal::AtLeastPeers(f) => (format!("≥ {f}x peers"), against_peers(&|x| x >= f)),
-            Goal::AtMostBase(f) => (format!("≤ {f}x base"), ratio(b).map(|x| x <= f)),
             Goal::AtMostPeers(f) => (format!("≤ {f}x peers"), against_peers(&|x| x <= f)),
+            Goal::AtMost(f) => (format!("≤ {f}x (median)"), o.map(|o| o.med <= f)),
             Goal::Zero => ("0".into(), o.map(|o| o.max == 0.0)),
         };
         if let Some(m) = met {
