@@ -613,6 +613,16 @@ struct Counters {
     requests: AtomicU64,
 }
 
+/// What a relock's transaction ([`Epoch::release_and_create`]) was answered.
+#[derive(Debug)]
+pub(crate) enum Relocked {
+    /// Applied: the new node's stat (ZooKeeper 3.8 leaves it zeroed inside a multi) and name.
+    Made(zk::Stat, String),
+    /// Refused at the old node's own part (its mark or its delete): nothing was applied, and
+    /// the error is about that node, not the directory.
+    OldNodeRefused(zk::Error),
+}
+
 impl Epoch {
     fn track<T>(
         &self,
@@ -868,7 +878,8 @@ impl Epoch {
 
     /// One transaction: the release of our node at `path` (marked as `set_and_delete`
     /// does, or a plain delete) and the create of a new sequential node at `new_prefix`
-    /// (a relock: one log write, one sync). Answers the new node's stat and name.
+    /// (a relock: one log write, one sync). Answers the new node's stat and name, or which
+    /// part the server refused (see [`Relocked`]).
     pub(crate) fn release_and_create<'a>(
         &'a self,
         path: &str,
@@ -876,7 +887,7 @@ impl Epoch {
         new_prefix: &str,
         data: &[u8],
         options: &zk::CreateOptions<'_>,
-    ) -> impl Future<Output = ZkResult<(zk::Stat, String)>> + Send + 'a {
+    ) -> impl Future<Output = ZkResult<Relocked>> + Send + 'a {
         let mut writer = self.client.new_multi_writer();
         let queued = (if mark {
             writer.add_set_data(path, crate::queue::RELEASE_MARK, None)
@@ -885,18 +896,29 @@ impl Epoch {
         })
         .and_then(|_| writer.add_delete(path, None))
         .and_then(|_| writer.add_create(new_prefix, data, options));
+        // The ops before the create are the old node's.
+        let create_index = usize::from(mark) + 1;
         let commit = queued.map(|_| writer.commit());
         self.track("multi", async move {
-            match commit?.await.map_err(zk::Error::from)?.into_iter().last() {
-                Some(zk::MultiWriteResult::Create { path, stat }) => {
-                    Ok((stat, crate::path::child_name(&path).to_string()))
+            match commit?.await {
+                Ok(results) => match results.into_iter().last() {
+                    Some(zk::MultiWriteResult::Create { path, stat }) => Ok(Relocked::Made(
+                        stat,
+                        crate::path::child_name(&path).to_string(),
+                    )),
+                    // Applied, but the answer does not say what it made: settle it as an
+                    // unknown outcome (the new node is looked for by its protection id).
+                    other => {
+                        tracing::warn!(?other, "a relock's transaction answered no create");
+                        Err(zk::Error::ConnectionLoss)
+                    }
+                },
+                Err(zk::MultiWriteError::OperationFailed { index, source })
+                    if index < create_index =>
+                {
+                    Ok(Relocked::OldNodeRefused(source))
                 }
-                // Applied, but the answer does not say what it made: settle it as an unknown
-                // outcome (the new node is looked for by its protection id).
-                other => {
-                    tracing::warn!(?other, "a relock's transaction answered no create");
-                    Err(zk::Error::ConnectionLoss)
-                }
+                Err(err) => Err(err.into()),
             }
         })
     }

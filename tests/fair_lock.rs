@@ -8,7 +8,7 @@ use std::time::Duration;
 use support::history::{check, check_fifo, check_semaphore, Event, Kind};
 use support::zk::{children, children_on, raw, session, session_via_proxy};
 use zk_recipes::testing::{monotonic_nanos, unique_root, ZooKeeperServer};
-use zk_recipes::{Error, FairLock, LossPolicy, LossReason, Semaphore, Session};
+use zk_recipes::{zk, Error, FairLock, LossPolicy, LossReason, Semaphore, Session};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -954,6 +954,45 @@ async fn a_relock_of_a_lost_guard_answers_lock_lost_and_creates_nothing() {
         }
         assert!(children(&root).await.is_empty(), "a node was created");
     }
+    a.close().await;
+}
+
+/// A relock whose old node's part the server refuses (an administrator took our write right
+/// on that node away: its mark and delete answer `NoAuth`) fails with `NoAuth` on the old node,
+/// not on the directory, as if the create had been refused; nothing new is queued (the
+/// transaction is atomic), and the old node, which we may no longer delete, is left to the
+/// administrator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relock_refused_at_the_old_node_names_that_node() {
+    let root = unique_root("relock-refused");
+    let a = session().await;
+    let lock = FairLock::new(&a, &root).unwrap();
+    let g = lock.lock().await.unwrap();
+    let old = g.path().to_string();
+    let admin = zk::Client::connector()
+        .with_auth("digest", zk_recipes::testing::SUPER_AUTH.as_bytes())
+        .connect(&zk_recipes::testing::shared_server().connect_string())
+        .await
+        .expect("connect as the administrator");
+    admin
+        .set_acl(
+            &old,
+            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .expect("the administrator's set_acl");
+    match lock.relock(g).await {
+        Err(Error::NoAuth { path }) => assert_eq!(path, old, "the error names the wrong node"),
+        other => panic!("expected NoAuth on {old}: {other:?}"),
+    }
+    let left = children(&root).await;
+    assert_eq!(left.len(), 1, "only the old node may be left: {left:?}");
+    assert!(old.ends_with(&left[0]), "{left:?} is not {old}");
+    admin
+        .delete(&old, None)
+        .await
+        .expect("the administrator's delete");
     a.close().await;
 }
 

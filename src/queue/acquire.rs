@@ -8,7 +8,7 @@ use zookeeper_client as zk;
 use super::{find_by_protection, Abandoned, Granted, Holding, QueueSpec, Rule, Wait, WatchFuture};
 use crate::error::{is_unknown, Error, LossReason, Result};
 use crate::path::{join, new_prefix, NodeKind, NodeName};
-use crate::session::{Epoch, Session};
+use crate::session::{Epoch, Relocked, Session};
 
 /// Outcome of one attempt in one epoch.
 enum Attempt {
@@ -218,23 +218,37 @@ impl<'a> Waiter<'a> {
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
         let semaphore = matches!(spec.rule, Rule::Permits(_));
         let mut made_parents = 0;
+        // A relock's old node, for its errors.
+        let mut old_path = None;
         let (me, czxid, children, dir_data, own_watch) = loop {
             // A relock releases the held node in the same transaction (first pass only).
             let relocking = handover.is_some();
             // Set once a relock's transaction was applied: from then on our old node is gone
             // and a new one exists, whatever fails next.
             let applied = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            // Set when the server refused the old node's part of a relock (say `NoAuth`): the
+            // error then names that node, not the directory.
+            let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let create = match handover.take() {
                 Some(mut held) => {
+                    old_path = Some(held.path().to_string());
                     let created = held.start_relock(
                         epoch.clone(),
                         prefix_path.clone(),
                         spec.data.clone(),
                         acls.clone(),
                     );
-                    let (epoch, dir, applied) = (epoch.clone(), &spec.dir, applied.clone());
+                    let (epoch, dir) = (epoch.clone(), &spec.dir);
+                    let (applied, refused) = (applied.clone(), refused.clone());
                     futures::future::Either::Left(async move {
-                        let (stat, name) = created.await.unwrap_or(Err(zk::Error::ClientClosed))?;
+                        let (stat, name) =
+                            match created.await.unwrap_or(Err(zk::Error::ClientClosed))? {
+                                Relocked::Made(stat, name) => (stat, name),
+                                Relocked::OldNodeRefused(err) => {
+                                    refused.store(true, std::sync::atomic::Ordering::SeqCst);
+                                    return Err(err);
+                                }
+                            };
                         applied.store(true, std::sync::atomic::Ordering::SeqCst);
                         if stat.czxid > 0 && stat.ephemeral_owner != 0 {
                             return Ok((stat, name, None));
@@ -353,6 +367,10 @@ impl<'a> Waiter<'a> {
                 }
                 Err(err) => {
                     pending.disarm();
+                    if refused.load(std::sync::atomic::Ordering::SeqCst) {
+                        let old = old_path.as_deref().unwrap_or(&spec.dir);
+                        return Err(Error::zk("release", old, err));
+                    }
                     return Err(Error::zk("create", &spec.dir, err));
                 }
             }

@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 use super::{Granted, WatchFuture, RELEASE_MARK};
 use crate::error::{failure, is_unknown, Error, Failure, LossReason, Result};
 use crate::path::NodeName;
-use crate::session::{Epoch, GuardCheck, Op, Session};
+use crate::session::{Epoch, GuardCheck, Op, Relocked, Session};
 
 /// The shared state behind every guard: our granted node, its loss signal and its release.
 pub(crate) struct Holding {
@@ -544,9 +544,10 @@ impl Holding {
     /// Starts a relock: our release and the create of our next node at `new_prefix` in one
     /// transaction ([`Epoch::release_and_create`]), so a worker loop costs the server one log
     /// write and one sync per iteration instead of two. The request is sent before this
-    /// returns; the receiver answers the create's outcome (the new node's stat and name) to
-    /// the waiter, which treats it as it treats a plain create's (an unknown outcome is settled
-    /// by the new node's protection id).
+    /// returns; the receiver answers the transaction's outcome to the waiter: the new node's
+    /// stat and name, which it treats as a plain create's (an unknown outcome is settled by
+    /// the new node's protection id), or the server's refusal of the old node's part, which it
+    /// reports against that node.
     ///
     /// Why it is as safe as a release followed by an acquire:
     /// * The transaction is atomic: either our node is gone and the new one queues at the back
@@ -569,7 +570,7 @@ impl Holding {
         new_prefix: String,
         data: Vec<u8>,
         acls: Vec<zk::Acl>,
-    ) -> tokio::sync::oneshot::Receiver<std::result::Result<(zk::Stat, String), zk::Error>> {
+    ) -> tokio::sync::oneshot::Receiver<std::result::Result<Relocked, zk::Error>> {
         debug_assert!(self.is_queue_node(), "queue nodes only");
         self.released = true;
         self.stop_monitor.cancel();
@@ -598,7 +599,7 @@ impl Holding {
                 None => None,
             };
             let result = multi.await;
-            let failed = result.is_err();
+            let failed = !matches!(result, Ok(Relocked::Made(..)));
             // The waiter settles the new node; a dropped waiter's node is its `Abandoned`'s.
             let _ = tx.send(result);
             if failed {

@@ -95,6 +95,8 @@ impl Launch {
             // Faster leader election when members start at slightly different times.
             "-Dzookeeper.fastleader.maxNotificationInterval=1000",
             "-Dzookeeper.cnxTimeout=2000",
+            // The administrator of `testing::SUPER_AUTH`: base64(sha1("super:zk-recipes-test")).
+            "-Dzookeeper.DigestAuthenticationProvider.superDigest=super:hWiXL5GMnqghRLBw/q8aWKBcHCI=",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",

@@ -90,6 +90,11 @@ const LOG_TAIL_LINES: usize = 40;
 /// Marks a readiness failure caused by another process answering on the server's port.
 const ANOTHER_PROCESS: &str = "another process answers on this port";
 
+/// The `digest` credentials (`user:password`) of the administrator (`super`) of every server
+/// the harness starts, for tests that act as an operator who overrides ACLs. Test servers
+/// only: a known super password has no place on a real server.
+pub const SUPER_AUTH: &str = "super:zk-recipes-test";
+
 static SHARED: OnceLock<std::result::Result<ZooKeeperServer, String>> = OnceLock::new();
 
 /// A standalone server shared by all tests of one test binary, started on first use.
