@@ -180,8 +180,10 @@ async fn chain_once(
     gate: &zk::Client,
     dir: &str,
     n: usize,
-    mark: bool,
+    how: RawRelease,
 ) -> Res<(f64, (f64, f64, f64), f64)> {
+    let mark = how != RawRelease::Delete;
+    let own_watch = how == RawRelease::MultiOwnWatch;
     gate.mkdir(dir, &PERSISTENT).await?;
     let prefix = format!("{dir}/n-");
     let (_, gate_seq) = gate.create(&prefix, b"", &EPHEMERAL_SEQUENTIAL).await?;
@@ -211,7 +213,14 @@ async fn chain_once(
         let c = clients[i % clients.len()].clone();
         let (armed, watched) = (armed.clone(), std::mem::replace(&mut pred, mine.clone()));
         tasks.push(tokio::spawn(async move {
+            // As our holder does: a watch on its own node, set with the predecessor's
+            // (pipelined), fired by its own release.
+            let own = own_watch.then(|| c.check_and_watch_stat(&mine));
             let (stat, watch) = c.check_and_watch_stat(&watched).await?;
+            let own = match own {
+                Some(own) => Some(own.await?.1),
+                None => None,
+            };
             armed.fetch_add(1, Ordering::SeqCst);
             if stat.is_some() {
                 let ev = watch.changed().await;
@@ -231,6 +240,10 @@ async fn chain_once(
             } else {
                 c.delete(&mine, None).await?;
             }
+            if let Some(own) = own {
+                // Fired before the reply came: already there.
+                own.changed().await;
+            }
             Ok::<_, BoxError>(Link {
                 woke,
                 release: (woke, Instant::now()),
@@ -242,10 +255,10 @@ async fn chain_once(
     })
     .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let what = if mark {
-        "the raw chain (multi)"
-    } else {
-        "the raw chain"
+    let what = match how {
+        RawRelease::Delete => "the raw chain",
+        RawRelease::Multi => "the raw chain (multi)",
+        RawRelease::MultiOwnWatch => "the raw chain (multi, own watch)",
     };
     perf_ctl(true, what);
     let c0 = cpu_us();
@@ -285,6 +298,19 @@ async fn ours_once(
     Ok((run?, ex))
 }
 
+/// How the links of a raw chain release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RawRelease {
+    /// A plain delete: the baseline.
+    Delete,
+    /// Our release's transaction (set the mark, delete): the server's share of our release.
+    Multi,
+    /// That transaction, by a link that also watches its own node as our holder does (the
+    /// watch fires with the release: one more notification per hand-off). What is left
+    /// between this and ours is the recipe's own client code.
+    MultiOwnWatch,
+}
+
 /// The raw chain of `n` links on `s_count` fresh bare clients.
 async fn chain(
     cs: &str,
@@ -292,19 +318,17 @@ async fn chain(
     s_count: usize,
     n: usize,
     round: usize,
-    mark: bool,
+    how: RawRelease,
 ) -> Res<(f64, (f64, f64, f64), f64)> {
     let clients = raw_clients(cs, s_count).await?;
     let observer = raw_client(cs).await?;
-    let dir = if mark { "chain-multi" } else { "chain" };
-    chain_once(
-        &clients,
-        &observer,
-        &format!("{root}/{dir}-{n}-{round}"),
-        n,
-        mark,
-    )
-    .await
+    let dir = match how {
+        RawRelease::Delete => "chain",
+        RawRelease::Multi => "chain-multi",
+        RawRelease::MultiOwnWatch => "chain-multi-own",
+    };
+    let dir = format!("{root}/{dir}-{n}-{round}");
+    chain_once(&clients, &observer, &dir, n, how).await
 }
 
 /// One drain of `n` waiters and one raw chain of `n` links, on the same number of sessions,
@@ -328,7 +352,7 @@ pub async fn run(
         // run of 3 rounds), and whichever of the two ran first paid more of it.
         let (w, wc) = (
             ours_once(cs, root, s_count, n, 0).await?,
-            chain(cs, root, s_count, n, 0, false).await?,
+            chain(cs, root, s_count, n, 0, RawRelease::Delete).await?,
         );
         println!(
             "   warm-up (not counted): ours {:.0} us per hand-off, raw chain {:.0} us",
@@ -340,26 +364,43 @@ pub async fn run(
     // the server (its JIT, its disk) does not always favour the same side.
     let ((run, ex), (chain_secs, chain_split, chain_cpu)) = if round % 2 == 1 {
         let ours = ours_once(cs, root, s_count, n, round).await?;
-        (ours, chain(cs, root, s_count, n, round, false).await?)
-    } else {
-        let raw = chain(cs, root, s_count, n, round, false).await?;
-        (ours_once(cs, root, s_count, n, round).await?, raw)
-    };
-    let multi = if cfg.chain_multi {
-        let (secs, split, _) = chain(cs, root, s_count, n, round, true).await?;
-        let p = format!("drain_n{n}.raw_chain_multi");
-        m.put(&format!("{p}.per_handoff"), secs * 1e6 / n as f64, "us");
-        m.put(&format!("{p}.wake.p50"), split.0, "us");
-        m.put(&format!("{p}.release.p50"), split.1, "us");
-        format!(
-            "; raw chain releasing with our multi {:.0} us (wake-up {:.0} + multi {:.0})",
-            secs * 1e6 / n as f64,
-            split.0,
-            split.1
+        (
+            ours,
+            chain(cs, root, s_count, n, round, RawRelease::Delete).await?,
         )
     } else {
-        String::new()
+        let raw = chain(cs, root, s_count, n, round, RawRelease::Delete).await?;
+        (ours_once(cs, root, s_count, n, round).await?, raw)
     };
+    let mut multi = String::new();
+    if cfg.chain_multi {
+        for (how, key, what) in [
+            (
+                RawRelease::Multi,
+                "raw_chain_multi",
+                "releasing with our multi",
+            ),
+            (
+                RawRelease::MultiOwnWatch,
+                "raw_chain_multi_own",
+                "with our multi and an own-node watch",
+            ),
+        ] {
+            let (secs, split, cpu) = chain(cs, root, s_count, n, round, how).await?;
+            let p = format!("drain_n{n}.{key}");
+            m.put(&format!("{p}.per_handoff"), secs * 1e6 / n as f64, "us");
+            m.put(&format!("{p}.wake.p50"), split.0, "us");
+            m.put(&format!("{p}.release.p50"), split.1, "us");
+            m.put(&format!("{p}.client_cpu_per_handoff"), cpu / n as f64, "us");
+            multi += &format!(
+                "; raw chain {what} {:.0} us (wake-up {:.0} + multi {:.0}, CPU {:.0})",
+                secs * 1e6 / n as f64,
+                split.0,
+                split.1,
+                cpu / n as f64
+            );
+        }
+    }
 
     let per = run.secs * 1e6 / n as f64;
     let chain_per = chain_secs * 1e6 / n as f64;

@@ -74,8 +74,9 @@ usage: cargo run --release --features testing --example bench -- [options]
   --contended LIST      session counts for the contended section (default 8,32)
   --drain LIST          waiter counts for the drain section (default 1000)
   --drain-sessions N    at most N sessions carry the drain's waiters (default 50)
-  --chain-multi         in the drain section, also a raw chain whose links release with our
-                        multi (set_data + delete): the server's share of our release
+  --chain-multi         in the drain section, also raw chains whose links release with our
+                        multi (set_data + delete): the server's share of our release; and
+                        with that multi and an own-node watch, as our holder has
   --herd N              waiters in the herd section (default 50, as PeerBench)
   --scale-locks N       locks held by one session in the scale section (default 10000;
                         the section runs only when named: --sections scale)

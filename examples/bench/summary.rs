@@ -115,16 +115,22 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
                 Goal::None
             },
         });
-        v.push(Row {
-            label: format!(
-                "drained hand-off, {n} waiters [µs] (base: raw chain releasing with our multi)"
+        for (what, key) in [
+            ("releasing with our multi", "raw_chain_multi"),
+            (
+                "with our multi and an own-node watch",
+                "raw_chain_multi_own",
             ),
-            ours: format!("drain_n{n}.per_handoff"),
-            base: Some(format!("drain_n{n}.raw_chain_multi.per_handoff")),
-            curator: None,
-            kazoo: None,
-            goal: Goal::None,
-        });
+        ] {
+            v.push(Row {
+                label: format!("drained hand-off, {n} waiters [µs] (base: raw chain {what})"),
+                ours: format!("drain_n{n}.per_handoff"),
+                base: Some(format!("drain_n{n}.{key}.per_handoff")),
+                curator: None,
+                kazoo: None,
+                goal: Goal::None,
+            });
+        }
         for (what, key) in [
             ("wake-up p50", "wake.p50"),
             ("release p50", "release.p50"),
