@@ -94,6 +94,7 @@ impl ZooKeeperCluster {
                 port,
                 data_dir,
                 system_properties: Vec::new(),
+                java_defaults: false,
             };
             write_file(&launch.config_path(), &config)?;
             members.push(ZooKeeperServer::new_stopped(launch, None)?);

@@ -67,6 +67,8 @@ pub(crate) struct Launch {
     pub(crate) port: u16,
     pub(crate) data_dir: PathBuf,
     pub(crate) system_properties: Vec<(String, String)>,
+    /// Leave out the harness's heap and GC flags (see `ServerOptions::with_java_defaults`).
+    pub(crate) java_defaults: bool,
 }
 
 impl Launch {
@@ -83,9 +85,15 @@ impl Launch {
     }
 
     pub(crate) fn args(&self) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "-Xmx256m",
-            "-XX:+UseSerialGC",
+        let footprint = ["-Xmx256m", "-XX:+UseSerialGC"];
+        let footprint = if self.java_defaults {
+            &[][..]
+        } else {
+            &footprint[..]
+        };
+        let mut args: Vec<String> = footprint
+            .iter()
+            .chain(&[
             "-XX:-UsePerfData",
             "-Djava.net.preferIPv4Stack=true",
             "-Dzookeeper.admin.enableServer=false",
@@ -100,10 +108,9 @@ impl Launch {
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect();
+            ])
+            .map(|a| a.to_string())
+            .collect();
         args.extend(
             self.system_properties
                 .iter()
@@ -340,4 +347,38 @@ pub(crate) fn parse_mode(srvr: &str) -> Option<String> {
     srvr.lines()
         .find_map(|line| line.strip_prefix("Mode:"))
         .map(|mode| mode.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(java_defaults: bool) -> Launch {
+        Launch {
+            env: JavaEnv {
+                java: PathBuf::from("java"),
+                classpath: "zookeeper.jar".into(),
+            },
+            main_class: STANDALONE_MAIN,
+            name: "test".into(),
+            port: 2181,
+            data_dir: PathBuf::from("/nonexistent"),
+            system_properties: vec![("k".into(), "v".into())],
+            java_defaults,
+        }
+    }
+
+    #[test]
+    fn java_defaults_leave_out_only_the_heap_and_gc_flags() {
+        let small = launch(false).args();
+        let plain = launch(true).args();
+        assert!(small.iter().any(|a| a == "-Xmx256m"), "{small:?}");
+        assert!(small.iter().any(|a| a == "-XX:+UseSerialGC"), "{small:?}");
+        let left: Vec<_> = small
+            .iter()
+            .filter(|a| *a != "-Xmx256m" && *a != "-XX:+UseSerialGC")
+            .collect();
+        assert_eq!(left, plain.iter().collect::<Vec<_>>());
+        assert!(plain.iter().any(|a| a == "-Dk=v"), "{plain:?}");
+    }
 }

@@ -268,7 +268,10 @@ mod tests {
             .with_tick_time(Duration::from_millis(200))
             .with_port(1234)
             .with_config_line("a=b")
-            .with_system_property("k", "v");
+            .with_system_property("k", "v")
+            .with_java_defaults();
+        assert!(opts.java_defaults);
+        assert!(!ServerOptions::new().java_defaults);
         assert_eq!(opts.tick_time, Duration::from_millis(200));
         assert_eq!(opts.port, Some(1234));
         assert_eq!(opts.extra_config, vec!["a=b".to_string()]);

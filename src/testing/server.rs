@@ -98,6 +98,7 @@ impl ZooKeeperServer {
                 port,
                 data_dir,
                 system_properties: opts.system_properties.clone(),
+                java_defaults: opts.java_defaults,
             };
             write_file(&launch.config_path(), &config)?;
             let mut server = ZooKeeperServer::new_stopped(launch, temp)?;
