@@ -11,8 +11,8 @@
 //! `exists` watch for its predecessor's deletion and then deleting its own node. A hand-off
 //! there is exactly one write and one notification, with no ACL, no mark, no own-node watch
 //! and no recipe code. The two take turns: ours first in odd rounds, the chain first in even
-//! ones, after one unmeasured pair in the first round (a fresh server's JIT compiler took most
-//! of a core through the first rounds, and whichever side ran first paid for it). Each round
+//! ones, after one unmeasured pair (each round's server is fresh, and a fresh server's JIT
+//! compiler took most of a core through the first drains: whichever side ran first paid). Each round
 //! records its own ratio; the goal is judged on the median of those.
 //!
 //! Both record per hand-off when the waiter learned it leads (ours: `lock()` returned; raw:
@@ -346,8 +346,9 @@ pub async fn run(
         "3. drain {n} queued waiters ({s_count} sessions x {} FairLock contenders), then the raw chain on {s_count} bare clients",
         n.div_ceil(s_count),
     ));
-    if round == 1 {
-        // Warm-up, not counted: on a freshly started server the JVM's JIT compiler is still
+    {
+        // Warm-up, not counted, every round (each round has a fresh server, as the peers'
+        // script starts one each time): on a freshly started server the JVM's JIT compiler is still
         // busy (perf: its C2 thread took 50-75% of a core through every phase of a drain-only
         // run of 3 rounds), and whichever of the two ran first paid more of it.
         let (w, wc) = (

@@ -18,7 +18,9 @@
 //!
 //! # Rounds and turns
 //!
-//! One round runs our sections, then the peers' script (its own server, Curator and kazoo).
+//! One round runs our sections on a fresh server of our own, then the peers' script (its own
+//! fresh server, Curator and kazoo): a fresh server each round on both sides, so that neither
+//! runs on a JVM whose JIT compiler has finished while the other's is still busy.
 //! `--rounds` rounds (3 by default) run one after the other, so ours and the peers take turns
 //! and a burst of load from the other processes on the machine lands on one turn, not on one
 //! side. The summary gives each figure as median (min–max) over the rounds and the ratios of
@@ -279,28 +281,10 @@ fn real_main() -> Res<()> {
         loadavg(),
     );
     let ours_sections = cfg.sections.iter().any(|s| s != "peers");
-    let (_server, cs) = match std::env::var("ZK_CONNECT") {
-        _ if !ours_sections => (None, String::new()),
-        Ok(cs) => {
-            println!("== server: ZK_CONNECT={cs} (its tickTime and forceSync are not ours to set)");
-            (None, cs)
-        }
-        Err(_) => {
-            let server = start_server(&cfg)?;
-            let cs = server.connect_string();
-            let version = four(&cs, "srvr")
-                .and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("Zookeeper version: ").map(str::to_string))
-                })
-                .unwrap_or_else(|| "?".into());
-            println!(
-                "== server: our own ZooKeeper {cs}, tickTime={} ms, forceSync={}: {version}",
-                cfg.tick_ms, cfg.fsync
-            );
-            (Some(server), cs)
-        }
-    };
+    let given = std::env::var("ZK_CONNECT").ok();
+    if let Some(cs) = &given {
+        println!("== server: ZK_CONNECT={cs} (its tickTime and forceSync are not ours to set)");
+    }
     let mut our_rounds: Vec<BTreeMap<String, f64>> = Vec::new();
     let mut peer_rounds = Vec::new();
     for round in 1..=cfg.rounds {
@@ -311,7 +295,32 @@ fn real_main() -> Res<()> {
                 cfg.rounds,
                 loadavg()
             );
+            // A fresh server each round, as the peers' script starts one each time it runs:
+            // a server that lived through the earlier rounds has its JIT compiler done, and
+            // ours would run on a warmer server than theirs.
+            let (server, cs) = match &given {
+                Some(cs) => (None, cs.clone()),
+                None => {
+                    let server = start_server(&cfg)?;
+                    let cs = server.connect_string();
+                    let version = four(&cs, "srvr")
+                        .and_then(|s| {
+                            s.lines().find_map(|l| {
+                                l.strip_prefix("Zookeeper version: ").map(str::to_string)
+                            })
+                        })
+                        .unwrap_or_else(|| "?".into());
+                    println!(
+                        "== server: our own ZooKeeper {cs}, tickTime={} ms, forceSync={}: {version}",
+                        cfg.tick_ms, cfg.fsync
+                    );
+                    (Some(server), cs)
+                }
+            };
             our_rounds.push(rt.block_on(ours(&cs, &cfg, round))?.0);
+            let fsyncs = mntr_get(&mntr(&cs), "zk_cnt_fsynctime");
+            println!("METRIC ours.server_fsync_count {} count", fmt_num(fsyncs));
+            drop(server);
         }
         if cfg.has("peers") {
             println!();
@@ -324,11 +333,6 @@ fn real_main() -> Res<()> {
                 peer_rounds.push(p);
             }
         }
-    }
-    if !cs.is_empty() {
-        let fsyncs = mntr_get(&mntr(&cs), "zk_cnt_fsynctime");
-        println!();
-        println!("METRIC ours.server_fsync_count {} count", fmt_num(fsyncs));
     }
     println!();
     println!("== summary, {date}: median (min–max) over the rounds; ratios are of the medians");
