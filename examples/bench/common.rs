@@ -45,13 +45,21 @@ impl Samples {
     }
 }
 
-/// The figures of one round of our sections, by name (without the `ours.` prefix).
+/// The figures of one round of our sections, by name (without the `ours.` prefix); `quiet`:
+/// not printed (a warm-up's).
 #[derive(Debug, Default)]
-pub struct Metrics(pub BTreeMap<String, f64>);
+pub struct Metrics(pub BTreeMap<String, f64>, pub bool);
 
 impl Metrics {
+    /// Figures nobody reads: those of a warm-up.
+    pub fn quiet() -> Metrics {
+        Metrics(BTreeMap::new(), true)
+    }
+
     pub fn put(&mut self, name: &str, v: f64, unit: &str) {
-        println!("METRIC ours.{name} {} {unit}", fmt_num(v));
+        if !self.1 {
+            println!("METRIC ours.{name} {} {unit}", fmt_num(v));
+        }
         self.0.insert(name.to_string(), v);
     }
 }

@@ -20,7 +20,9 @@
 //!
 //! One round runs our sections on a fresh server of our own, then the peers' script (its own
 //! fresh server, Curator and kazoo): a fresh server each round on both sides, so that neither
-//! runs on a JVM whose JIT compiler has finished while the other's is still busy.
+//! runs on a JVM whose JIT compiler has finished while the other's is still busy. Before our
+//! sections, about 20 s of unmeasured load (`warm`), as the peers' script runs its raw
+//! operations for about 25 s before it measures Curator.
 //! `--rounds` rounds (3 by default) run one after the other, so ours and the peers take turns
 //! and a burst of load from the other processes on the machine lands on one turn, not on one
 //! side. The summary gives each figure as median (min–max) over the rounds and the ratios of
@@ -219,6 +221,29 @@ fn start_server(cfg: &Cfg) -> Res<ZooKeeperServer> {
     )?)
 }
 
+/// Unmeasured load on a fresh server before a round's sections: the uncontended section and
+/// the contended one with 8 sessions (plain and relock), about 20 s with the default windows.
+/// The peers' script loads its fresh server with raw operations for about 25 s before it
+/// measures Curator, so without this our first sections ran on a colder JVM than theirs (its
+/// JIT compiler still busy: perf saw its C2 thread take 50-75% of a core on a new server).
+async fn warm(cs: &str, cfg: &Cfg, round: usize) -> Res<()> {
+    let started = std::time::Instant::now();
+    println!("== warm-up of this round's fresh server (not counted; its figures are not printed)");
+    let root = format!(
+        "/zkr-bench-warm-{}-{round}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let mut scratch = Metrics::quiet();
+    uncontended::run(cs, &root, cfg, &mut scratch).await?;
+    contended::fair_lock(cs, &root, cfg, 8, false, &mut scratch).await?;
+    contended::fair_lock(cs, &root, cfg, 8, true, &mut scratch).await?;
+    println!(
+        "== warm-up done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// Our sections, one round.
 async fn ours(cs: &str, cfg: &Cfg, round: usize) -> Res<Metrics> {
     let mut m = Metrics::default();
@@ -317,6 +342,9 @@ fn real_main() -> Res<()> {
                     (Some(server), cs)
                 }
             };
+            if server.is_some() {
+                rt.block_on(warm(&cs, &cfg, round))?;
+            }
             our_rounds.push(rt.block_on(ours(&cs, &cfg, round))?.0);
             let fsyncs = mntr_get(&mntr(&cs), "zk_cnt_fsynctime");
             println!("METRIC ours.server_fsync_count {} count", fmt_num(fsyncs));
