@@ -58,7 +58,13 @@ impl Metrics {
 
     pub fn put(&mut self, name: &str, v: f64, unit: &str) {
         if !self.1 {
-            println!("METRIC ours.{name} {} {unit}", fmt_num(v));
+            // A ratio near a goal's bound (1.15) needs more than one decimal.
+            let shown = if unit == "x" {
+                format!("{v:.3}")
+            } else {
+                fmt_num(v)
+            };
+            println!("METRIC ours.{name} {shown} {unit}");
         }
         self.0.insert(name.to_string(), v);
     }
