@@ -218,20 +218,18 @@ impl<'a> Waiter<'a> {
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
         let semaphore = matches!(spec.rule, Rule::Permits(_));
         let mut made_parents = 0;
-        // A relock's old node, for its errors.
-        let mut old_path = None;
         let (me, czxid, children, dir_data, own_watch) = loop {
             // A relock releases the held node in the same transaction (first pass only).
             let relocking = handover.is_some();
             // Set once a relock's transaction was applied: from then on our old node is gone
             // and a new one exists, whatever fails next.
-            let applied = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            // Set when the server refused the old node's part of a relock (say `NoAuth`): the
-            // error then names that node, not the directory.
-            let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let applied = std::sync::atomic::AtomicBool::new(false);
+            // A relock's old node, once the server refused its part of the transaction (say
+            // `NoAuth`): the error then names that node, not the directory.
+            let refused = std::sync::OnceLock::new();
             let create = match handover.take() {
                 Some(mut held) => {
-                    old_path = Some(held.path().to_string());
+                    let old_path = held.path().to_string();
                     let created = held.start_relock(
                         epoch.clone(),
                         prefix_path.clone(),
@@ -239,13 +237,13 @@ impl<'a> Waiter<'a> {
                         acls.clone(),
                     );
                     let (epoch, dir) = (epoch.clone(), &spec.dir);
-                    let (applied, refused) = (applied.clone(), refused.clone());
+                    let (applied, refused) = (&applied, &refused);
                     futures::future::Either::Left(async move {
                         let (stat, name) =
                             match created.await.unwrap_or(Err(zk::Error::ClientClosed))? {
                                 Relocked::Made(stat, name) => (stat, name),
                                 Relocked::OldNodeRefused(err) => {
-                                    refused.store(true, std::sync::atomic::Ordering::SeqCst);
+                                    let _ = refused.set(old_path);
                                     return Err(err);
                                 }
                             };
@@ -367,8 +365,7 @@ impl<'a> Waiter<'a> {
                 }
                 Err(err) => {
                     pending.disarm();
-                    if refused.load(std::sync::atomic::Ordering::SeqCst) {
-                        let old = old_path.as_deref().unwrap_or(&spec.dir);
+                    if let Some(old) = refused.get() {
                         return Err(Error::zk("release", old, err));
                     }
                     return Err(Error::zk("create", &spec.dir, err));
