@@ -85,15 +85,12 @@ impl Launch {
     }
 
     pub(crate) fn args(&self) -> Vec<String> {
-        let footprint = ["-Xmx256m", "-XX:+UseSerialGC"];
-        let footprint = if self.java_defaults {
-            &[][..]
-        } else {
-            &footprint[..]
-        };
-        let mut args: Vec<String> = footprint
-            .iter()
-            .chain(&[
+        let mut args: Vec<String> = Vec::new();
+        if !self.java_defaults {
+            // A small footprint, for many test servers on one machine.
+            args.extend(["-Xmx256m", "-XX:+UseSerialGC"].map(String::from));
+        }
+        let common = [
             "-XX:-UsePerfData",
             "-Djava.net.preferIPv4Stack=true",
             "-Dzookeeper.admin.enableServer=false",
@@ -108,9 +105,8 @@ impl Launch {
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-            ])
-            .map(|a| a.to_string())
-            .collect();
+        ];
+        args.extend(common.map(String::from));
         args.extend(
             self.system_properties
                 .iter()
