@@ -986,9 +986,7 @@ async fn a_relock_refused_at_the_old_node_names_that_node() {
         Err(Error::NoAuth { path }) => assert_eq!(path, old, "the error names the wrong node"),
         other => panic!("expected NoAuth on {old}: {other:?}"),
     }
-    let left = children(&root).await;
-    assert_eq!(left.len(), 1, "only the old node may be left: {left:?}");
-    assert!(old.ends_with(&left[0]), "{left:?} is not {old}");
+    assert_only_node(&root, &old, "only the old node may be left").await;
     admin
         .delete(&old, None)
         .await
@@ -1119,11 +1117,7 @@ async fn a_relock_cut_at_any_request_hands_on_once_and_leaves_one_node() {
             let ga = ga.unwrap_or_else(|e| panic!("{case}: relock failed: {e}"));
             assert_ne!(seen, 1, "{case}: granted while B held");
             assert!(ga.fencing_token() > b_token, "{case}: token");
-            let names = children(&root).await;
-            assert!(
-                names.len() == 1 && ga.path().ends_with(names[0].as_str()),
-                "{case}: left {names:?}"
-            );
+            assert_only_node(&root, ga.path(), &case).await;
             ga.release().await.unwrap();
             a.close().await;
             b.close().await;
@@ -1161,11 +1155,16 @@ async fn the_old_guard_is_over_when_the_relock_is_sent_even_if_its_transaction_f
         .expect("the relock hung")
         .unwrap()
         .expect("relock after the reconnect");
-    let names = children(&root).await;
-    assert!(
-        names.len() == 1 && g.path().ends_with(names[0].as_str()),
-        "left {names:?}"
-    );
+    assert_only_node(&root, g.path(), "after the relock").await;
     g.release().await.unwrap();
     a.close().await;
+}
+
+/// Asserts that the node at `path` is the only child of `root`.
+async fn assert_only_node(root: &str, path: &str, context: &str) {
+    let names = children(root).await;
+    assert!(
+        names.len() == 1 && path.ends_with(names[0].as_str()),
+        "{context}: left {names:?}, expected only {path}"
+    );
 }
