@@ -375,6 +375,17 @@ pub fn cpu_us() -> f64 {
     }
 }
 
+/// This process's context switches so far (voluntary and not, every thread): each is a
+/// thread that slept and was woken, or was preempted.
+pub fn ctx_switches() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        (ru.ru_nvcsw + ru.ru_nivcsw) as f64
+    }
+}
+
 /// This process's resident set size now, in bytes (`VmRSS` of `/proc/self/status`; 0 where
 /// there is none).
 pub fn rss_bytes() -> f64 {

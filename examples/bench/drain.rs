@@ -10,10 +10,13 @@
 //! sessions): N nodes made with bare `zookeeper_client::Client`s, each link waiting with an
 //! `exists` watch for its predecessor's deletion and then deleting its own node. A hand-off
 //! there is exactly one write and one notification, with no ACL, no mark, no own-node watch
-//! and no recipe code. The two take turns: ours first in odd rounds, the chain first in even
-//! ones, after one unmeasured pair (each round's server is fresh, and a fresh server's JIT
-//! compiler took most of a core through the first drains: whichever side ran first paid). Each round
-//! records its own ratio; the goal is judged on the median of those.
+//! and no recipe code. Each round runs one unmeasured pair first (each round's server is
+//! fresh, and a fresh server's JIT compiler took most of a core through the first drains:
+//! whichever side ran first paid), then four drains in a balanced order: ours, chain, chain,
+//! ours in odd rounds, chain, ours, ours, chain in even ones. A side's figure for the round is
+//! the mean of its two drains, so a drift within the round weighs on both sides alike (over
+//! 16 rounds, the first of the four ran a median 4.8% above its side's mean and the last 4.8%
+//! below). Each round records its own ratio; the goal is judged on the median of those.
 //!
 //! Both record per hand-off when the waiter learned it leads (ours: `lock()` returned; raw:
 //! the watch fired) and when its release (ours: `release()`; raw: `delete`) started and
@@ -62,6 +65,9 @@ fn split(links: &mut [Link], t0: Instant) -> (f64, f64, f64) {
     (wake.pct(50.0), rel.pct(50.0), hold.pct(50.0))
 }
 
+/// A raw chain's drain: (seconds, split as in [`split`], client CPU in microseconds).
+type ChainRun = (f64, (f64, f64, f64), f64);
+
 /// How many waiters may be entering the queue (create, list, watches) at once.
 const ENTERING: usize = 64;
 
@@ -78,6 +84,30 @@ struct DrainRun {
     /// Time for every waiter to queue (create, list, two watches each; at most `ENTERING` at
     /// once).
     fill_secs: f64,
+}
+
+impl DrainRun {
+    /// The mean of a round's drains of ours (its counts summed over them would be per drain
+    /// no longer; they are averaged as well).
+    fn mean(runs: Vec<DrainRun>) -> DrainRun {
+        let k = runs.len().max(1) as f64;
+        let avg = |f: &dyn Fn(&DrainRun) -> f64| runs.iter().map(f).sum::<f64>() / k;
+        DrainRun {
+            secs: avg(&|r| r.secs),
+            cpu: avg(&|r| r.cpu),
+            split: (
+                avg(&|r| r.split.0),
+                avg(&|r| r.split.1),
+                avg(&|r| r.split.2),
+            ),
+            queue_requests: avg(&|r| r.queue_requests as f64).round() as u64,
+            handoff_requests: avg(&|r| r.handoff_requests as f64).round() as u64,
+            packets: avg(&|r| r.packets),
+            fired: avg(&|r| r.fired),
+            rss_per_waiter: avg(&|r| r.rss_per_waiter),
+            fill_secs: avg(&|r| r.fill_secs),
+        }
+    }
 }
 
 async fn drain_once(
@@ -142,7 +172,7 @@ async fn drain_once(
     let q1 = requests(sessions);
     let mm0 = mntr(cs);
     perf_ctl(true, "the drain");
-    let c0 = cpu_us();
+    let (c0, x0) = (cpu_us(), ctx_switches());
     let t0 = Instant::now();
     g0.release().await?;
     let mut links = Vec::with_capacity(n);
@@ -154,7 +184,14 @@ async fn drain_once(
         );
     }
     let cpu = cpu_us() - c0;
+    let switches = ctx_switches() - x0;
     perf_ctl(false, "the drain");
+    if std::env::var_os("BENCH_DRAIN_TAILS").is_some() {
+        println!(
+            "   ours: {:.1} context switches per hand-off",
+            switches / n as f64
+        );
+    }
     let last = links.iter().map(|l| l.release.1).max().unwrap_or(t0);
     let mm1 = mntr(cs);
     let d = |k: &str| mntr_get(&mm1, k) - mntr_get(&mm0, k);
@@ -181,7 +218,7 @@ async fn chain_once(
     dir: &str,
     n: usize,
     how: RawRelease,
-) -> Res<(f64, (f64, f64, f64), f64)> {
+) -> Res<ChainRun> {
     let mark = how != RawRelease::Delete;
     let own_watch = how == RawRelease::MultiOwnWatch;
     gate.mkdir(dir, &PERSISTENT).await?;
@@ -261,7 +298,7 @@ async fn chain_once(
         RawRelease::MultiOwnWatch => "the raw chain (multi, own watch)",
     };
     perf_ctl(true, what);
-    let c0 = cpu_us();
+    let (c0, x0) = (cpu_us(), ctx_switches());
     let t0 = Instant::now();
     gate.delete(&gate_path, None).await?;
     let mut links = Vec::with_capacity(n);
@@ -273,7 +310,14 @@ async fn chain_once(
         );
     }
     let cpu = cpu_us() - c0;
+    let switches = ctx_switches() - x0;
     perf_ctl(false, what);
+    if std::env::var_os("BENCH_DRAIN_TAILS").is_some() {
+        println!(
+            "   {what}: {:.1} context switches per hand-off",
+            switches / n as f64
+        );
+    }
     let last = links.iter().map(|l| l.release.1).max().unwrap_or(t0);
     Ok(((last - t0).as_secs_f64(), split(&mut links, t0), cpu))
 }
@@ -319,7 +363,7 @@ async fn chain(
     n: usize,
     round: usize,
     how: RawRelease,
-) -> Res<(f64, (f64, f64, f64), f64)> {
+) -> Res<ChainRun> {
     let clients = raw_clients(cs, s_count).await?;
     let observer = raw_client(cs).await?;
     let dir = match how {
@@ -361,18 +405,44 @@ pub async fn run(
             wc.0 * 1e6 / n as f64
         );
     }
-    // Turns: ours first in odd rounds, the raw chain first in even ones, so that a drift of
-    // the server (its JIT, its disk) does not always favour the same side.
-    let ((run, ex), (chain_secs, chain_split, chain_cpu)) = if round % 2 == 1 {
-        let ours = ours_once(cs, root, s_count, n, round).await?;
-        (
-            ours,
-            chain(cs, root, s_count, n, round, RawRelease::Delete).await?,
-        )
+    // Turns, balanced within the round: ours, chain, chain, ours in odd rounds and chain,
+    // ours, ours, chain in even ones. Each side's figure is the mean of its two drains, so a
+    // drift of the server (its JIT, its disk) or an effect of the position (the first drain
+    // after the warm-up pair ran slower, whichever side it was) weighs on both sides alike.
+    let order = if round % 2 == 1 {
+        [true, false, false, true]
     } else {
-        let raw = chain(cs, root, s_count, n, round, RawRelease::Delete).await?;
-        (ours_once(cs, root, s_count, n, round).await?, raw)
+        [false, true, true, false]
     };
+    let mut ours_runs = Vec::with_capacity(2);
+    let mut chain_runs = Vec::with_capacity(2);
+    let mut in_order = Vec::with_capacity(4);
+    for (pass, is_ours) in order.into_iter().enumerate() {
+        let id = round * 10 + pass;
+        if is_ours {
+            let (r, ex) = ours_once(cs, root, s_count, n, id).await?;
+            in_order.push(format!("ours {:.0}", r.secs * 1e6 / n as f64));
+            ours_runs.push((r, ex));
+        } else {
+            let c = chain(cs, root, s_count, n, id, RawRelease::Delete).await?;
+            in_order.push(format!("chain {:.0}", c.0 * 1e6 / n as f64));
+            chain_runs.push(c);
+        }
+    }
+    println!(
+        "   this round's drains in order [us per hand-off]: {}",
+        in_order.join(", ")
+    );
+    let violations: f64 = ours_runs.iter().map(|(_, ex)| ex.violations()).sum();
+    let run = DrainRun::mean(ours_runs.into_iter().map(|(r, _)| r).collect());
+    let mean = |f: &dyn Fn(&ChainRun) -> f64| {
+        chain_runs.iter().map(f).sum::<f64>() / chain_runs.len() as f64
+    };
+    let (chain_secs, chain_split, chain_cpu) = (
+        mean(&|c| c.0),
+        (mean(&|c| c.1 .0), mean(&|c| c.1 .1), mean(&|c| c.1 .2)),
+        mean(&|c| c.2),
+    );
     let mut multi = String::new();
     if cfg.chain_multi {
         for (how, key, what) in [
@@ -456,7 +526,7 @@ pub async fn run(
         run.fired / k,
         "events",
     );
-    m.put(&format!("{p}.violations"), ex.violations(), "count");
+    m.put(&format!("{p}.violations"), violations, "count");
     println!(
         "   ours {per:.0} us per hand-off (wake-up p50 {:.0} + release p50 {:.0}, holder's own gap {:.0}); \
          raw chain {chain_per:.0} us (wake-up {:.0} + delete {:.0}); {:.2}x{multi}; \
