@@ -168,21 +168,13 @@ impl FairLock {
     /// # Ok(()) }
     /// ```
     pub async fn relock(&self, guard: LockGuard) -> Result<LockGuard> {
-        let holding = guard.into_holding();
-        let ours = holding.belongs_to(&self.session)
-            && holding.is_queue_node()
-            && crate::path::parent(holding.path()) == self.spec.dir
-            && holding.name().kind == self.spec.kind;
-        if !ours {
-            let err = Error::InvalidArgument(format!(
-                "relock on {}: the guard of {} is not a guard of this lock on this session; it is released",
-                self.spec.dir,
-                holding.path()
-            ));
-            drop(holding);
-            return Err(err);
-        }
-        let granted = queue::relock(&self.session, &self.spec, holding).await?;
+        let granted = queue::relock(
+            &self.session,
+            &self.spec,
+            guard.into_holding(),
+            &[self.spec.kind],
+        )
+        .await?;
         Ok(LockGuard::new(
             Holding::new(&self.session, granted).revocable(self.spec.revocable),
         ))

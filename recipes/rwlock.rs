@@ -260,6 +260,80 @@ impl RwLock {
         self.acquire_write(Wait::Try).await
     }
 
+    /// Releases `guard` and queues again for a read lock at the back, in one transaction: a
+    /// reader's loop (read, let go, read again) then costs the server one log write and one
+    /// sync per iteration where a release followed by [`read`](Self::read) costs two. Whoever
+    /// waits behind `guard` is woken exactly as after [`ReadGuard::release`]. Our new read node
+    /// queues behind every waiting writer, so a looping reader cannot starve one. Then this
+    /// waits as `read` does. `guard` must be one of this lock's, taken on the same
+    /// [`Session`]; an exclusive guard (see [`ReadGuard::is_exclusive`]) releases its write
+    /// node and comes back as a plain read lock.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] if `guard` had lost the lock, or its node was gone: nothing is
+    ///   created (what was read under it may be stale, as `release` reports).
+    /// * [`Error::InvalidArgument`] if `guard` is not a guard of this lock on this session
+    ///   (it is released in the background).
+    /// * Those of [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: once polled, the release of `guard` runs to its end in the background
+    /// (retried after a connection blip); dropping the future then deletes our new node in
+    /// the background, as a dropped `read` does.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(session: zk_recipes::Session) -> zk_recipes::Result<()> {
+    /// let lock = zk_recipes::RwLock::new(&session, "/app/config-lock")?;
+    /// let mut guard = lock.read().await?;
+    /// for pass in 0..3 {
+    ///     println!("pass {pass}: reading under {}", guard.path());
+    ///     guard = lock.relock_read(guard).await?;
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn relock_read(&self, guard: ReadGuard) -> Result<ReadGuard> {
+        let spec = self.read_spec();
+        let held = guard.guard.into_holding();
+        let granted = queue::relock(&self.session, &spec, held, LOCK_MEMBERS).await?;
+        Ok(self.read_guard(granted))
+    }
+
+    /// Releases `guard` and queues again for the write lock at the back, in one transaction,
+    /// as [`relock_read`](Self::relock_read) does for readers: readers and writers queued
+    /// behind `guard` go first, then this waits as [`write`](Self::write) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`relock_read`](Self::relock_read), then those of [`write`](Self::write).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `relock_read`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(session: zk_recipes::Session) -> zk_recipes::Result<()> {
+    /// let lock = zk_recipes::RwLock::new(&session, "/app/config-lock")?;
+    /// let mut guard = lock.write().await?;
+    /// for version in 0..3 {
+    ///     println!("publish version {version} with token {}", guard.fencing_token());
+    ///     guard = lock.relock_write(guard).await?;
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn relock_write(&self, guard: WriteGuard) -> Result<WriteGuard> {
+        let held = guard.guard.into_holding();
+        let granted = queue::relock(&self.session, &self.spec, held, LOCK_MEMBERS).await?;
+        Ok(self.write_guard(granted))
+    }
+
     /// The contenders in queue order, readers and writers (and any Curator or kazoo exclusive
     /// lock on the path); [`Contender::node`] tells which is which.
     ///
@@ -283,22 +357,30 @@ impl RwLock {
 
     async fn acquire_read(&self, wait: Wait) -> Result<ReadGuard> {
         let granted = queue::acquire(&self.session, &self.read_spec(), wait).await?;
-        Ok(ReadGuard {
-            guard: LockGuard::new(
-                Holding::new(&self.session, granted).revocable(self.spec.revocable),
-            ),
-            exclusive: false,
-        })
+        Ok(self.read_guard(granted))
     }
 
     async fn acquire_write(&self, wait: Wait) -> Result<WriteGuard> {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
-        Ok(WriteGuard {
-            guard: LockGuard::new(
-                Holding::new(&self.session, granted).revocable(self.spec.revocable),
-            ),
+        Ok(self.write_guard(granted))
+    }
+
+    fn read_guard(&self, granted: Granted) -> ReadGuard {
+        ReadGuard {
+            guard: self.guard_core(granted),
+            exclusive: false,
+        }
+    }
+
+    fn write_guard(&self, granted: Granted) -> WriteGuard {
+        WriteGuard {
+            guard: self.guard_core(granted),
             lock: self.clone(),
-        })
+        }
+    }
+
+    fn guard_core(&self, granted: Granted) -> LockGuard {
+        LockGuard::new(Holding::new(&self.session, granted).revocable(self.spec.revocable))
     }
 }
 
@@ -473,14 +555,9 @@ impl WriteGuard {
         match lock.place_read_behind(&epoch, guard.holding.name()).await {
             Placement::Clean(granted) => {
                 // Hold the read node first, so that a cancellation from here on releases both.
-                let read = LockGuard::new(
-                    Holding::new(&lock.session, granted).revocable(lock.spec.revocable),
-                );
+                let read = lock.read_guard(granted);
                 match guard.release().await {
-                    Ok(()) => Ok(ReadGuard {
-                        guard: read,
-                        exclusive: false,
-                    }),
+                    Ok(()) => Ok(read),
                     Err(err) => {
                         drop(read);
                         Err(err)

@@ -115,6 +115,11 @@ const DEFAULT_SCHEDULES: u64 = 300;
 const RELOCK_SEEDS: u64 = 1_000_000;
 /// Relock schedules in the default run.
 const DEFAULT_RELOCK_SCHEDULES: u64 = 60;
+/// Seeds from here on are read/write-lock schedules in which a reader or writer may end a
+/// holding with `relock_read` / `relock_write` as fair-lock actors do from [`RELOCK_SEEDS`].
+const RW_RELOCK_SEEDS: u64 = 2_000_000;
+/// Read/write relock schedules in the default run.
+const DEFAULT_RW_RELOCK_SCHEDULES: u64 = 40;
 const CONCURRENCY: usize = 10;
 const TICK: Duration = Duration::from_millis(200);
 const SESSION_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -271,9 +276,11 @@ impl Plan {
             4 => Recipe::Rw,
             _ => Recipe::Election,
         };
-        // Relock schedules are fair-lock schedules (the draw above is still made, so the
-        // rest of the plan comes from the same numbers).
-        let family = if seed >= RELOCK_SEEDS {
+        // Relock schedules are fair-lock or read/write-lock schedules (the draw above is
+        // still made, so the rest of the plan comes from the same numbers).
+        let family = if seed >= RW_RELOCK_SEEDS {
+            Recipe::Rw
+        } else if seed >= RELOCK_SEEDS {
             Recipe::Fair
         } else {
             family
@@ -559,11 +566,14 @@ impl Handle {
         }
     }
 
-    /// A relock of a fair-lock guard (the only handle that offers one).
+    /// A relock of a fair-lock or read/write-lock guard (the handles that offer one), of the
+    /// kind it held.
     async fn relock(&self, held: Held) -> zk_recipes::Result<Held> {
         match (self, held) {
             (Handle::Fair(l), Held::Guard(g)) => l.relock(g).await.map(Held::Guard),
-            _ => unreachable!("only fair-lock actors relock"),
+            (Handle::Rw(l), Held::Read(g)) => l.relock_read(g).await.map(Held::Read),
+            (Handle::Rw(l), Held::Write(g)) => l.relock_write(g).await.map(Held::Write),
+            _ => unreachable!("only fair-lock and read/write-lock actors relock"),
         }
     }
 
@@ -711,6 +721,8 @@ struct Ctx {
     done: CancellationToken,
     /// Fair-lock actors may relock (see [`RELOCK_SEEDS`]).
     relock: bool,
+    /// Read/write-lock actors relock instead of fair-lock ones (see [`RW_RELOCK_SEEDS`]).
+    relock_rw: bool,
 }
 
 async fn run_schedule(seed: u64) -> Outcome {
@@ -757,6 +769,7 @@ async fn run_schedule(seed: u64) -> Outcome {
         sessions: sessions.clone(),
         done: done.clone(),
         relock: seed >= RELOCK_SEEDS,
+        relock_rw: seed >= RW_RELOCK_SEEDS,
     });
 
     // Session events: epochs that end, and every disturbance.
@@ -1002,7 +1015,12 @@ async fn run_actor(ctx: Arc<Ctx>, me: usize, plan: ActorPlan, handle: Handle, se
     let rec = &ctx.rec;
     // A holding kept for the next op, which then relocks it instead of acquiring.
     let mut carried: Option<(usize, Held)> = None;
-    let fair = matches!(handle, Handle::Fair(_));
+    // The actors that may relock in a relock schedule.
+    let relocker = match handle {
+        Handle::Fair(_) => !ctx.relock_rw,
+        Handle::Rw(_) => ctx.relock_rw,
+        _ => false,
+    };
     for (i, op) in plan.ops.iter().enumerate() {
         match &carried {
             // The pause before a relock is still time held: a holder whose node goes meanwhile
@@ -1010,7 +1028,12 @@ async fn run_actor(ctx: Arc<Ctx>, me: usize, plan: ActorPlan, handle: Handle, se
             Some((hid, held)) => hold(&ctx, *hid, held, op.pause).await,
             None => tokio::time::sleep(op.pause).await,
         }
-        let kind = handle.kind(op.write);
+        // A relock queues again for what it held, whatever the op would have asked for.
+        let kind = match &carried {
+            Some((_, Held::Write(_))) => handle.kind(true),
+            Some((_, Held::Read(_))) => handle.kind(false),
+            _ => handle.kind(op.write),
+        };
         // A relock blocks (or is cancelled as the op's mode says: its release goes on
         // regardless); an acquire waits as its mode says.
         let (what, waits, attempt) = match carried.take() {
@@ -1069,7 +1092,7 @@ async fn run_actor(ctx: Arc<Ctx>, me: usize, plan: ActorPlan, handle: Handle, se
         };
         let hid = grant(&ctx, me, plan.session, kind, &held);
         hold(&ctx, hid, &held, op.hold).await;
-        let may_relock = fair && i + 1 < plan.ops.len();
+        let may_relock = relocker && i + 1 < plan.ops.len();
         carried = finish_or_carry(&ctx, me, hid, held, op, may_relock, &mut relock_rng).await;
     }
     if let Some((hid, held)) = carried {
@@ -1078,8 +1101,8 @@ async fn run_actor(ctx: Arc<Ctx>, me: usize, plan: ActorPlan, handle: Handle, se
     lock(rec).log(format!("actor {me}: done"));
 }
 
-/// Ends a holding as the op says, or, in a relock schedule, keeps a fair-lock guard
-/// (`may_relock`: a fair lock, with an op after this one) that the op would release for the
+/// Ends a holding as the op says, or, in a relock schedule, keeps a guard (`may_relock`: a
+/// fair lock, or a read/write lock in a read/write relock schedule, with an op after this one) that the op would release for the
 /// next op to relock (half of the time).
 async fn finish_or_carry(
     ctx: &Ctx,
@@ -1545,6 +1568,18 @@ async fn model_with_relocks() {
     server();
     let count = env_u64("ZKR_MODEL_RELOCK_SCHEDULES").unwrap_or(DEFAULT_RELOCK_SCHEDULES);
     let first = RELOCK_SEEDS + 1;
+    let mut failed = run_seeds((first..first + count).collect()).await;
+    assert!(failed.is_empty(), "{}", report(&mut failed, 3));
+}
+
+/// Schedules in which read/write-lock actors relock (`ZKR_MODEL_RW_RELOCK_SCHEDULES` of them,
+/// from seed [`RW_RELOCK_SEEDS`] + 1; a soak: `ZKR_MODEL_FIRST_SEED=2000001` with the default
+/// run's `ZKR_MODEL_SCHEDULES`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_with_rw_relocks() {
+    server();
+    let count = env_u64("ZKR_MODEL_RW_RELOCK_SCHEDULES").unwrap_or(DEFAULT_RW_RELOCK_SCHEDULES);
+    let first = RW_RELOCK_SEEDS + 1;
     let mut failed = run_seeds((first..first + count).collect()).await;
     assert!(failed.is_empty(), "{}", report(&mut failed, 3));
 }

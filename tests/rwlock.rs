@@ -778,3 +778,164 @@ async fn expiry_of_a_reader_and_of_a_writer() {
     doomed.close().await;
     healthy.close().await;
 }
+
+/// A reader's relock goes behind a waiting writer: the writer is granted first (the old read
+/// node is gone in the same transaction that queues the new one), the relocked read waits for
+/// it, and is granted once it leaves, with a larger token. A reader that relocks with no writer
+/// around is granted at once, in one transaction, a listing and the watch on its new node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_relock_queues_behind_a_waiting_writer() {
+    let root = unique_root("rw-relock-read");
+    let (s1, s2, s3) = (session().await, session().await, session().await);
+    let lock = RwLock::new(&s1, &root).unwrap();
+    let other_reader = RwLock::new(&s3, &root).unwrap();
+
+    // With only readers around, a relock is granted at once.
+    let r_other = bounded("read", other_reader.read()).await.unwrap();
+    let r = bounded("read", lock.read()).await.unwrap();
+    let (old_path, old_token) = (r.path().to_string(), r.fencing_token());
+    let before = s1.request_count();
+    let r = bounded("relock_read", lock.relock_read(r))
+        .await
+        .expect("relock_read");
+    assert_eq!(
+        s1.request_count() - before,
+        3,
+        "a reader's relock with no writer ahead: one transaction, the listing and the watch \
+         on our new node"
+    );
+    assert_ne!(r.path(), old_path);
+    assert!(r.fencing_token() > old_token);
+    assert!(!r.is_exclusive());
+    let names = lock.contenders().await.unwrap();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().all(|c| !old_path.ends_with(&c.node.name)));
+    r_other.release().await.unwrap();
+
+    // With a writer queued behind us, the relock lets it in first.
+    let writer = RwLock::new(&s2, &root).unwrap();
+    let waiting = tokio::spawn(async move { writer.write().await });
+    wait_contenders(&lock, 2).await;
+    let mut relock = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.relock_read(r).await })
+    };
+    let w = joined("the writer behind the relocking reader", waiting).await;
+    assert!(
+        still_pending(&mut relock, Duration::from_millis(500)).await,
+        "the relocked read was granted while the writer held"
+    );
+    let w_token = w.fencing_token();
+    w.release().await.unwrap();
+    let r = joined("the relocked read after the writer", relock).await;
+    assert!(
+        r.fencing_token() > w_token,
+        "tokens must grow in grant order"
+    );
+    r.release().await.unwrap();
+    wait_contenders(&lock, 0).await;
+    for s in [s1, s2, s3] {
+        s.close().await;
+    }
+}
+
+/// A writer's relock hands the lock to the readers queued behind it (they read together), then
+/// is granted after them; an exclusive read guard (a downgrade that kept its write node)
+/// relocked as a reader releases the write node and comes back as a plain read lock behind the
+/// writer that was waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_relock_lets_the_queue_in_and_an_exclusive_read_relocks_as_a_plain_read() {
+    let root = unique_root("rw-relock-write");
+    let (s1, s2, s3) = (session().await, session().await, session().await);
+    let lock = RwLock::new(&s1, &root).unwrap();
+    let readers = [
+        RwLock::new(&s2, &root).unwrap(),
+        RwLock::new(&s3, &root).unwrap(),
+    ];
+    let w = bounded("write", lock.write()).await.unwrap();
+    let w_token = w.fencing_token();
+    let queued: Vec<_> = readers
+        .iter()
+        .cloned()
+        .map(|l| tokio::spawn(async move { l.read().await }))
+        .collect();
+    wait_contenders(&lock, 3).await;
+    let mut relock = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.relock_write(w).await })
+    };
+    let mut held = Vec::new();
+    for (i, q) in queued.into_iter().enumerate() {
+        held.push(joined(&format!("queued reader {i}"), q).await);
+    }
+    assert!(
+        still_pending(&mut relock, Duration::from_millis(500)).await,
+        "the relocked write was granted while readers held"
+    );
+    for r in held {
+        r.release().await.unwrap();
+    }
+    let w = joined("the relocked write after the readers", relock).await;
+    assert!(w.fencing_token() > w_token);
+
+    // Downgrade with a writer queued: the read guard keeps the write node (exclusive).
+    let other_writer = RwLock::new(&s2, &root).unwrap();
+    let waiting = tokio::spawn(async move { other_writer.write().await });
+    wait_contenders(&lock, 2).await;
+    let r = bounded("downgrade", w.downgrade()).await.unwrap();
+    assert!(r.is_exclusive(), "the test needs an exclusive read guard");
+    let mut relock = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.relock_read(r).await })
+    };
+    let w2 = joined("the writer behind the exclusive read", waiting).await;
+    assert!(
+        still_pending(&mut relock, Duration::from_millis(500)).await,
+        "the relocked read was granted while the writer held"
+    );
+    w2.release().await.unwrap();
+    let r = joined("the relocked read", relock).await;
+    assert!(!r.is_exclusive(), "a relocked read holds a read node");
+    let node = NodeName::parse(r.path().rsplit('/').next().unwrap()).unwrap();
+    assert_eq!(node.kind, NodeKind::Read);
+    r.release().await.unwrap();
+    wait_contenders(&lock, 0).await;
+    for s in [s1, s2, s3] {
+        s.close().await;
+    }
+}
+
+/// A relock refuses a guard of another lock or of another session (`InvalidArgument`, the
+/// guard released) and a guard whose node an administrator deleted (`LockLost`); neither
+/// creates a node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relock_of_a_foreign_or_lost_guard_creates_nothing() {
+    let root = unique_root("rw-relock-refused");
+    let (s1, s2) = (session().await, session().await);
+    let here = RwLock::new(&s1, format!("{root}/here")).unwrap();
+    let there = RwLock::new(&s1, format!("{root}/there")).unwrap();
+    let on_s2 = RwLock::new(&s2, format!("{root}/here")).unwrap();
+    let foreign = bounded("read", there.read()).await.unwrap();
+    match bounded("relock_read", here.relock_read(foreign)).await {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("a guard of another path: {other:?}"),
+    }
+    let foreign = bounded("write", here.write()).await.unwrap();
+    match bounded("relock_write", on_s2.relock_write(foreign)).await {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("a guard of another session: {other:?}"),
+    }
+    wait_contenders(&there, 0).await;
+    wait_contenders(&here, 0).await;
+
+    let observer = support::zk::raw().await;
+    let r = bounded("read", here.read()).await.unwrap();
+    observer.delete(r.path(), None).await.expect("admin delete");
+    match bounded("relock_read", here.relock_read(r)).await {
+        Err(Error::LockLost(zk_recipes::LossReason::NodeDeleted)) => {}
+        other => panic!("a guard whose node is gone: {other:?}"),
+    }
+    wait_contenders(&here, 0).await;
+    s1.close().await;
+    s2.close().await;
+}

@@ -3,7 +3,8 @@
 //! window / `cdur` (PeerBench's `contended_nN.handoffs_per_s`).
 //!
 //! Section 5, read/write: 8 readers, then 8 readers + 2 writers, one session each, like PeerBench's
-//! `rwLock(8, 0)` / `rwLock(8, 2)`.
+//! `rwLock(8, 0)` / `rwLock(8, 2)`; then the same with each worker looping `relock_read` /
+//! `relock_write` (figures under `rwlock_relock`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -98,48 +99,81 @@ pub async fn fair_lock(
     Ok(())
 }
 
+/// With `relock`, each worker loops `relock_read` / `relock_write` (release and queue again
+/// in one transaction) instead of `release` then `read` / `write`.
 pub async fn rw(
     cs: &str,
     root: &str,
     cfg: &Cfg,
     readers: usize,
     writers: usize,
+    relock: bool,
     m: &mut Metrics,
 ) -> Res<()> {
+    let how = if relock {
+        "relock (release + queue again in one transaction)"
+    } else {
+        "acquire -> release"
+    };
     section(&format!(
-        "5. read/write lock, {readers} readers + {writers} writers, one session each, looping acquire -> release"
+        "5. read/write lock, {readers} readers + {writers} writers, one session each, looping {how}"
     ));
     let sessions = connect_many(cs, readers + writers).await?;
-    let path = format!("{root}/rw-r{readers}w{writers}");
+    let path = format!("{root}/rw-r{readers}w{writers}-{relock}");
     let ex = Arc::new(Exclusion::default());
     let (w, recs) = run_workers(cs, &sessions, cfg, |i, session, stop| {
         let (ex, path) = (ex.clone(), path.clone());
         async move {
             let lock = RwLock::new(&session, &path)?;
             let mut recs = Recs::new();
+            let (mut read, mut write) = (None, None);
             while !stop.load(Ordering::SeqCst) {
                 let t0 = Instant::now();
                 if i < readers {
-                    let guard = lock.read().await?;
+                    let guard = match read.take() {
+                        Some(g) => lock.relock_read(g).await?,
+                        None => lock.read().await?,
+                    };
                     let t1 = Instant::now();
                     ex.enter_shared();
                     recs.push((t1, t1 - t0));
                     ex.leave_shared();
-                    guard.release().await?;
+                    if relock {
+                        read = Some(guard);
+                    } else {
+                        guard.release().await?;
+                    }
                 } else {
-                    let guard = lock.write().await?;
+                    let guard = match write.take() {
+                        Some(g) => lock.relock_write(g).await?,
+                        None => lock.write().await?,
+                    };
                     let t1 = Instant::now();
                     ex.enter_exclusive(guard.fencing_token());
                     recs.push((t1, t1 - t0));
                     ex.leave_exclusive();
-                    guard.release().await?;
+                    if relock {
+                        write = Some(guard);
+                    } else {
+                        guard.release().await?;
+                    }
                 }
+            }
+            if let Some(g) = read {
+                g.release().await?;
+            }
+            if let Some(g) = write {
+                g.release().await?;
             }
             Ok(recs)
         }
     })
     .await?;
-    let p = format!("rwlock.r{readers}w{writers}");
+    let p = if relock {
+        format!("rwlock_relock.r{readers}w{writers}")
+    } else {
+        format!("rwlock.r{readers}w{writers}")
+    };
     let r = in_window(&recs[..readers], w.ws, w.we);
     m.put(
         &format!("{p}.read_acq_per_s"),

@@ -37,7 +37,8 @@
 //!    waiting for its predecessor's deletion, then deleting its own node): the per hand-off
 //!    cost against one write plus one notification, split into wake-up and release.
 //! 4. `herd.rs`: watches and notifications per release (counts, first round only).
-//! 5. `contended.rs` (`rw`): read/write lock, 8 readers, and 8 readers + 2 writers.
+//! 5. `contended.rs` (`rw`): read/write lock, 8 readers, and 8 readers + 2 writers, looping
+//!    acquire → release, then looping `relock_read` / `relock_write`.
 //! 6. `peers.rs`: the peers' script.
 //!
 //! Every figure is also printed as `METRIC ours.<name> <value> <unit>`, the peers' format,
@@ -269,8 +270,10 @@ async fn ours(cs: &str, cfg: &Cfg, round: usize) -> Res<Metrics> {
         herd::run(cs, &root, cfg, &mut m).await?;
     }
     if cfg.has("rw") {
-        contended::rw(cs, &root, cfg, 8, 0, &mut m).await?;
-        contended::rw(cs, &root, cfg, 8, 2, &mut m).await?;
+        for relock in [false, true] {
+            contended::rw(cs, &root, cfg, 8, 0, relock, &mut m).await?;
+            contended::rw(cs, &root, cfg, 8, 2, relock, &mut m).await?;
+        }
     }
     if cfg.has("scale") {
         scale::run(cs, &root, cfg, &mut m).await?;

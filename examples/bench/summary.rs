@@ -195,6 +195,20 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
         Goal::AtLeastPeers(1.5),
     ));
     v.push(row(
+        "reads/s, 8 readers, looping relock_read (peers: acquire, release)".into(),
+        "rwlock_relock.r8w0.read_acq_per_s",
+        Some("curator.rwlock.r8w0.read_acq_per_s"),
+        Some("kazoo.rwlock.r8w0.read_acq_per_s"),
+        Goal::None,
+    ));
+    v.push(row(
+        "reads/s, 8 readers + 2 writers, looping relock (peers: acquire, release)".into(),
+        "rwlock_relock.r8w2.read_acq_per_s",
+        Some("curator.rwlock.r8w2.read_acq_per_s"),
+        Some("kazoo_pypi.rwlock.r8w2.read_acq_per_s"),
+        Goal::None,
+    ));
+    v.push(row(
         "uncontended acquire+release p50 [µs]".into(),
         "uncontended.acquire_release.p50",
         Some("curator.mutex.uncontended.acquire_release.p50"),

@@ -26,18 +26,39 @@ pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> 
     acquire_after(session, spec, wait, None).await
 }
 
-/// Releases `held` (a node of this queue, of this session) and queues again at the back, in
-/// one transaction (see [`Holding::start_relock`]), then waits as [`acquire`] does.
+/// Releases `held` and queues again at the back, in one transaction (see
+/// [`Holding::start_relock`]), then waits as [`acquire`] does. `held` must be a queue node of
+/// `spec`'s directory, granted through `session`, of one of `kinds`.
 ///
 /// # Errors
 ///
-/// [`Error::LockLost`] if `held` was lost already or its node is gone (nothing is created);
-/// then those of [`acquire`].
+/// * [`Error::InvalidArgument`] if `held` is not such a node: it is released in the background
+///   and nothing is created.
+/// * [`Error::LockLost`] if `held` was lost already or its node is gone (nothing is created);
+///   then those of [`acquire`].
 ///
 /// # Cancel safety
 ///
 /// As [`acquire`]; once polled, the release of `held` happens even if the future is dropped.
-pub(crate) async fn relock(session: &Session, spec: &QueueSpec, held: Holding) -> Result<Granted> {
+pub(crate) async fn relock(
+    session: &Session,
+    spec: &QueueSpec,
+    held: Holding,
+    kinds: &[NodeKind],
+) -> Result<Granted> {
+    let ours = held.belongs_to(session)
+        && held.is_queue_node()
+        && crate::path::parent(held.path()) == spec.dir
+        && kinds.contains(&held.name().kind);
+    if !ours {
+        let err = Error::InvalidArgument(format!(
+            "relock on {}: the guard of {} is not a guard of this lock on this session; it is released",
+            spec.dir,
+            held.path()
+        ));
+        drop(held);
+        return Err(err);
+    }
     let epoch = held.live_epoch()?;
     acquire_after(session, spec, Wait::Until(None), Some((epoch, held))).await
 }
