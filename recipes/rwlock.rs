@@ -54,6 +54,14 @@
 //! create instead, which needs no condition at all: sequence numbers below our new node can
 //! never be handed out again.
 //!
+//! # Relock
+//!
+//! [`RwLock::relock_read`] and [`RwLock::relock_write`] release a guard and create the next
+//! node at the back of the queue in one `multi` (the fair lock's relock, shared through the
+//! contender queue): one log write and one sync per iteration of a loop instead of two. The
+//! new node is an ordinary arrival, so a relocked reader waits behind a writer that queued
+//! while it held.
+//!
 //! # Why there is no upgrade
 //!
 //! Two readers that both wanted to upgrade would each wait for the other to leave: a deadlock
