@@ -309,6 +309,38 @@ pub struct Window {
     pub packets: f64,
     /// Log syncs of the server in the window (mntr `zk_cnt_fsynctime`).
     pub fsyncs: f64,
+    /// CPU time of this process in the window [µs].
+    pub client_cpu: f64,
+    /// CPU time of the server's JVM in the window [µs], when the bench started it (else NaN).
+    pub server_cpu: f64,
+}
+
+/// The process id of the server this round's sections run on, when the bench started it.
+pub static SERVER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// CPU time (user + system) the bench's own server has used so far [µs]; NaN when the bench
+/// did not start it or `/proc` cannot tell.
+pub fn server_cpu_us() -> f64 {
+    let pid = SERVER_PID.load(Ordering::SeqCst);
+    if pid == 0 {
+        return f64::NAN;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return f64::NAN;
+    };
+    // Fields after the command name (which may hold spaces) start at its closing parenthesis:
+    // utime and stime are the 14th and 15th fields of the line, in clock ticks.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return f64::NAN;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    match (ticks(11), ticks(12)) {
+        (Some(u), Some(s)) if hz > 0.0 => (u + s) / hz * 1e6,
+        _ => f64::NAN,
+    }
 }
 
 /// Starts one worker per session, waits `warm`, measures `cdur`, stops them and collects
@@ -340,7 +372,9 @@ where
     tokio::time::sleep_until(ws.into()).await;
     // mntr is blocking I/O: keep it off the workers' threads.
     let (r0, m0) = (requests(sessions), tokio::task::block_in_place(|| mntr(cs)));
+    let (c0, s0) = (cpu_us(), server_cpu_us());
     tokio::time::sleep_until(we.into()).await;
+    let (c1, s1) = (cpu_us(), server_cpu_us());
     let (r1, m1) = (requests(sessions), tokio::task::block_in_place(|| mntr(cs)));
     stop.store(true, Ordering::SeqCst);
     let mut recs = Vec::new();
@@ -359,6 +393,8 @@ where
             requests: r1 - r0,
             packets: d("zk_packets_received"),
             fsyncs: d("zk_cnt_fsynctime"),
+            client_cpu: c1 - c0,
+            server_cpu: s1 - s0,
         },
         recs,
     ))

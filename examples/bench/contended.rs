@@ -95,6 +95,7 @@ pub async fn fair_lock(
         w.fsyncs / done,
         "fsyncs",
     );
+    put_cpu(m, &p, &w, done);
     close_all(&sessions).await;
     Ok(())
 }
@@ -198,6 +199,24 @@ pub async fn rw(
         w.requests as f64 / total.max(1) as f64,
         "requests",
     );
+    put_cpu(m, &p, &w, total.max(1) as f64);
     close_all(&sessions).await;
     Ok(())
+}
+
+/// CPU per acquisition in the window: this process's, and the server's when the bench started
+/// it (on 2 cores shared by both, what one side burns the other waits for).
+fn put_cpu(m: &mut Metrics, p: &str, w: &Window, done: f64) {
+    m.put(
+        &format!("{p}.client_cpu_per_acquisition"),
+        w.client_cpu / done,
+        "us",
+    );
+    if w.server_cpu.is_finite() {
+        m.put(
+            &format!("{p}.server_cpu_per_acquisition"),
+            w.server_cpu / done,
+            "us",
+        );
+    }
 }

@@ -330,6 +330,10 @@ fn real_main() -> Res<()> {
                 Some(cs) => (None, cs.clone()),
                 None => {
                     let server = start_server(&cfg)?;
+                    SERVER_PID.store(
+                        server.pid().unwrap_or(0),
+                        std::sync::atomic::Ordering::SeqCst,
+                    );
                     let cs = server.connect_string();
                     let version = four(&cs, "srvr")
                         .and_then(|s| {
