@@ -199,6 +199,11 @@ pub async fn rw(
         w.requests as f64 / total.max(1) as f64,
         "requests",
     );
+    m.put(
+        &format!("{p}.fsyncs_per_acquisition"),
+        w.fsyncs / total.max(1) as f64,
+        "fsyncs",
+    );
     put_cpu(m, &p, &w, total.max(1) as f64);
     close_all(&sessions).await;
     Ok(())
