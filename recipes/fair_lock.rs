@@ -138,6 +138,9 @@ impl FairLock {
     /// takes over exactly as after [`LockGuard::release`]; then this waits for our turn as
     /// `lock` does. `guard` must be one of this lock's, taken on the same [`Session`].
     ///
+    /// A guard dropped just before `lock` on the same lock and session is merged the same way
+    /// (see [`LockGuard`]); `relock` says so in the code, and reports on the old guard.
+    ///
     /// # Errors
     ///
     /// * [`Error::LockLost`] if `guard` had lost the lock, or its node was gone: nothing is
@@ -176,7 +179,9 @@ impl FairLock {
         )
         .await?;
         Ok(LockGuard::new(
-            Holding::new(&self.session, granted).revocable(self.spec.revocable),
+            Holding::new(&self.session, granted)
+                .with_merge()
+                .revocable(self.spec.revocable),
         ))
     }
 
@@ -192,7 +197,9 @@ impl FairLock {
     async fn acquire(&self, wait: Wait) -> Result<LockGuard> {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
         Ok(LockGuard::new(
-            Holding::new(&self.session, granted).revocable(self.spec.revocable),
+            Holding::new(&self.session, granted)
+                .with_merge()
+                .revocable(self.spec.revocable),
         ))
     }
 }

@@ -388,14 +388,20 @@ impl RwLock {
     }
 
     fn guard_core(&self, granted: Granted) -> LockGuard {
-        LockGuard::new(Holding::new(&self.session, granted).revocable(self.spec.revocable))
+        LockGuard::new(
+            Holding::new(&self.session, granted)
+                .with_merge()
+                .revocable(self.spec.revocable),
+        )
     }
 }
 
 /// Proof that this process holds a read lock of an [`RwLock`], shared with other readers.
 ///
-/// Dropping it releases the lock in the background; [`release`](Self::release) does it now and
-/// reports errors. [`lost`](LockGuard::lost) resolves if the lock is lost while held (session expired,
+/// Dropping it releases the lock in the background (with the next read's create, in one
+/// transaction, when the next read on this lock and session follows at once: see
+/// [`LockGuard`]); [`release`](Self::release) does it now and reports errors.
+/// [`lost`](LockGuard::lost) resolves if the lock is lost while held (session expired,
 /// the loss policy gave up, node deleted by someone else). Not `Clone`.
 ///
 /// There is no upgrade to a write lock: it cannot be offered without deadlock, since two
@@ -425,8 +431,9 @@ pub struct ReadGuard {
 
 /// Proof that this process holds the write lock of an [`RwLock`], alone.
 ///
-/// Dropping it releases the lock in the background; [`release`](Self::release) does it now and
-/// reports errors; [`downgrade`](Self::downgrade) turns it into a read lock. Not `Clone`.
+/// Dropping it releases the lock in the background (with the next write's create, in one
+/// transaction, when the next write on this lock and session follows at once: see
+/// [`LockGuard`]); [`release`](Self::release) does it now and reports errors; [`downgrade`](Self::downgrade) turns it into a read lock. Not `Clone`.
 ///
 /// # Examples
 ///

@@ -13,6 +13,13 @@ use crate::queue::Holding;
 ///   errors. End a program with `session.close().await`: one that returns from `main` with
 ///   a background release still pending leaves the node, and so the lock, held until the
 ///   server expires the session (a whole session timeout).
+/// * A fair lock's or a read/write lock's guard dropped just before the next acquire of the
+///   same kind on the same lock and session (a worker loop: lock, work, drop, lock) is
+///   released in the same transaction as that acquire's create, as
+///   [`FairLock::relock`](crate::FairLock::relock) does: the server writes and syncs its log
+///   once per iteration instead of twice. Without such an acquire, the release goes out when
+///   the dropping task next yields (an acquire of another kind, a read after a dropped write,
+///   sends it first). Other requests sent before that yield go out before the release.
 /// * [`lost`](Self::lost) resolves when the lock is lost while held: the session expired, the
 ///   [`LossPolicy`] gave up on the connection, or the node was deleted by someone else. It
 ///   cannot be missed: it resolves even if the loss happened before the call.

@@ -982,7 +982,13 @@ struct Shared {
     claims: Mutex<Claims>,
     /// One async mutex per simple-lock path, see [`Session::serialize_path`].
     path_locks: Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
+    /// Releases parked by dropped guards, one per directory, see [`Session::park`].
+    parked: Mutex<std::collections::HashMap<String, (u64, Parked)>>,
+    next_park: AtomicU64,
 }
+
+/// A parked release: the queue module's dropped holding, whose own `Drop` releases it.
+pub(crate) type Parked = Box<dyn std::any::Any + Send>;
 
 /// How many retired czxids a session remembers (see [`Session::unclaim`]): far more than the
 /// acquisitions one late read can span.
@@ -1084,6 +1090,8 @@ impl Session {
             shutdown: shutdown.clone(),
             claims: Mutex::new(Default::default()),
             path_locks: Mutex::new(Default::default()),
+            parked: Mutex::new(Default::default()),
+            next_park: AtomicU64::new(0),
         });
         let epoch = shared.install(client, 1);
         tokio::spawn(supervise(shared.clone(), epoch));
@@ -1297,6 +1305,42 @@ impl Session {
             }
         };
         mutex
+    }
+
+    /// Parks the release of a dropped guard under `key` (its lock's directory) until the task
+    /// that dropped it next yields: a `lock()` on the same directory and session made before
+    /// then takes it back with [`unpark`](Self::unpark) and sends the release and its own
+    /// create in one transaction (see the queue's `Holding`). Returns the ticket that the
+    /// flushing task passes to `unpark`, and any release parked under `key` before, which the
+    /// caller drops (releases) at once. The item's own `Drop` must release it: an item still
+    /// parked when the session ends is dropped with the table.
+    pub(crate) fn park(&self, key: String, item: Parked) -> (u64, Option<Parked>) {
+        let ticket = self.shared.next_park.fetch_add(1, Ordering::Relaxed);
+        let before = self
+            .shared
+            .parked
+            .lock()
+            .unwrap()
+            .insert(key, (ticket, item));
+        (ticket, before.map(|(_, item)| item))
+    }
+
+    /// Takes back the release parked under `key`: the one of `ticket` only, or, without one,
+    /// whichever is there if `wanted` accepts it.
+    pub(crate) fn unpark(
+        &self,
+        key: &str,
+        ticket: Option<u64>,
+        wanted: impl FnOnce(&Parked) -> bool,
+    ) -> Option<Parked> {
+        let mut parked = self.shared.parked.lock().unwrap();
+        let (t, item) = parked.get(key)?;
+        let take = match ticket {
+            Some(ticket) => *t == ticket,
+            None => wanted(item),
+        };
+        take.then(|| parked.remove(key).map(|(_, item)| item))
+            .flatten()
     }
 
     /// Whether `other` is a handle of this same session manager.

@@ -171,11 +171,11 @@ async fn uncontended_acquire_is_create_plus_list() {
     s.close().await;
 }
 
-/// A worker loop on one session (lock, drop the guard, lock again): the drop sends its release
-/// before it returns, so the next acquire's create and listing come after it on the session
-/// and find the lock free: `try_lock` right after the drop succeeds, with the old node gone
-/// (on a single-threaded runtime the background release used to run only after the next
-/// acquire had sent its listing, which still showed the old node: `WouldBlock`).
+/// A worker loop on one session (lock, drop the guard, lock again): the dropped guard's
+/// release goes out with the next acquire's create, in the transaction before its listing, so
+/// the listing finds the lock free: `try_lock` right after the drop succeeds, with the old
+/// node gone (on a single-threaded runtime the background release once ran only after the
+/// next acquire had sent its listing, which still showed the old node: `WouldBlock`).
 #[tokio::test]
 async fn a_dropped_guards_release_is_sent_before_the_next_acquire() {
     let root = unique_root("drop-then-lock");
@@ -1167,4 +1167,206 @@ async fn assert_only_node(root: &str, path: &str, context: &str) {
         names.len() == 1 && path.ends_with(names[0].as_str()),
         "{context}: left {names:?}, expected only {path}"
     );
+}
+
+/// The worker loop (lock, drop the guard, lock again on the same session) sends the dropped
+/// guard's release and the next create in one transaction, as `relock` does: with only the
+/// first request of the new `lock()` let through, the old node is gone and the new one queued
+/// behind the waiter. Fails if the drop sends its release on its own (the create, stalled,
+/// would not be there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_right_after_a_dropped_guard_goes_out_with_its_release_in_one_transaction() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let root = unique_root("merge");
+    let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let b = session().await;
+    let lock_a = FairLock::new(&a, &root).unwrap();
+    let ga = lock_a.lock().await.unwrap();
+    let old_token = ga.fencing_token();
+    let old_name = ga.path().rsplit('/').next().unwrap().to_string();
+    let lock_b = FairLock::new(&b, &root).unwrap();
+    let waiter = tokio::spawn(async move { lock_b.lock().await });
+    while children(&root).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = a.request_count();
+    let stall = Duration::from_millis(1500);
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(2),
+        FaultAction::Stall(stall),
+    ));
+    let sent = std::time::Instant::now();
+    let old_lost = ga.lost_token();
+    let again = {
+        let lock_a = lock_a.clone();
+        tokio::spawn(async move {
+            drop(ga);
+            lock_a.lock().await
+        })
+    };
+    let seen = loop {
+        let names = children(&root).await;
+        if !names.contains(&old_name) {
+            break names;
+        }
+        assert!(sent.elapsed() < stall, "the old node outlived the stall");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(
+        sent.elapsed() < stall,
+        "seen only after the stall: the test proves nothing"
+    );
+    assert_eq!(
+        seen.len(),
+        2,
+        "with only one request through, the next lock()'s node must be queued: {seen:?}"
+    );
+    assert!(
+        old_lost.is_cancelled(),
+        "the dropped guard's lost() is still pending"
+    );
+    let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap()
+        .unwrap();
+    assert!(gb.fencing_token() > old_token);
+    tokio::time::sleep(stall + Duration::from_millis(200)).await;
+    assert!(
+        !again.is_finished(),
+        "the next lock() was granted while B held"
+    );
+    let b_token = gb.fencing_token();
+    gb.release().await.unwrap();
+    let ga = tokio::time::timeout(Duration::from_secs(10), again)
+        .await
+        .expect("the next lock() was not granted after B released")
+        .unwrap()
+        .expect("lock");
+    assert!(
+        ga.fencing_token() > b_token,
+        "tokens must grow in grant order"
+    );
+    assert_eq!(
+        a.request_count() - before,
+        4,
+        "one transaction, the listing, the watch on our new node and on the waiter in front"
+    );
+    ga.release().await.unwrap();
+    assert!(children(&root).await.is_empty());
+    a.close().await;
+    b.close().await;
+}
+
+/// How a dropped guard's node goes wrong before the next `lock()` on the same session takes
+/// its release into its transaction.
+enum DroppedNode {
+    /// Deleted by an administrator, the holder not yet told.
+    Deleted,
+    /// Made unwritable by an administrator: the release's mark is refused.
+    Refused,
+}
+
+/// A `lock()` that took a dropped guard's release into its transaction does not answer for
+/// that guard: when the old node's part fails (the node gone, or refused), it creates its own
+/// node plainly. The session's replies are held meanwhile, so the holder hears of nothing
+/// before it drops, and while they are held the server must see no new node: the proof that
+/// the release went out with the create, not alone. Fails without the fallback (`LockLost`, or
+/// `NoAuth` on the old node).
+async fn a_merged_lock_whose_dropped_node_fails(case: DroppedNode) {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let root = unique_root("merge-fallback");
+    let (a, proxy) = session_via_proxy(Duration::from_secs(6), LossPolicy::OnExpiry).await;
+    let lock = FairLock::new(&a, &root).unwrap();
+    let g = lock.lock().await.unwrap();
+    let old = g.path().to_string();
+    let admin = zk::Client::connector()
+        .with_auth("digest", zk_recipes::testing::SUPER_AUTH.as_bytes())
+        .connect(&zk_recipes::testing::shared_server().connect_string())
+        .await
+        .expect("connect as the administrator");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stall = Duration::from_millis(1500);
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(1),
+        FaultAction::Stall(stall),
+    ));
+    let held_from = std::time::Instant::now();
+    // A reply to hold everything behind: the listing's.
+    let listing = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.contenders().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    match case {
+        DroppedNode::Deleted => admin.delete(&old, None).await.expect("admin delete"),
+        DroppedNode::Refused => {
+            admin
+                .set_acl(
+                    &old,
+                    &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+                    None,
+                )
+                .await
+                .expect("admin set_acl");
+        }
+    }
+    assert!(
+        !g.is_lost(),
+        "the holder was told before the drop: the test proves nothing"
+    );
+    let again = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            drop(g);
+            lock.try_lock().await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        held_from.elapsed() < stall,
+        "the replies were not held long enough: the test proves nothing"
+    );
+    let mine: Vec<String> = children(&root)
+        .await
+        .into_iter()
+        .filter(|n| !old.ends_with(n.as_str()))
+        .collect();
+    assert!(
+        mine.is_empty(),
+        "a node was created while the release's answer was held: the drop's release went out \
+         alone, not with the create: {mine:?}"
+    );
+    let result = tokio::time::timeout(Duration::from_secs(10), again)
+        .await
+        .expect("the lock() did not end")
+        .unwrap();
+    listing.await.unwrap().expect("the listing");
+    match case {
+        DroppedNode::Deleted => {
+            let g = result.expect("the lock() must create its node plainly and be granted");
+            assert_only_node(&root, g.path(), "the new node only").await;
+            g.release().await.unwrap();
+        }
+        DroppedNode::Refused => {
+            match result {
+                Err(Error::WouldBlock) => {}
+                other => panic!("expected WouldBlock behind the old node: {other:?}"),
+            }
+            assert_only_node(&root, &old, "only the refused old node may be left").await;
+            admin.delete(&old, None).await.expect("admin delete");
+        }
+    }
+    a.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_lock_whose_dropped_node_was_deleted_creates_its_node_plainly() {
+    a_merged_lock_whose_dropped_node_fails(DroppedNode::Deleted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_lock_whose_dropped_node_refuses_the_release_creates_its_node_plainly() {
+    a_merged_lock_whose_dropped_node_fails(DroppedNode::Refused).await;
 }

@@ -1021,11 +1021,18 @@ async fn run_actor(ctx: Arc<Ctx>, me: usize, plan: ActorPlan, handle: Handle, se
         Handle::Rw(_) => ctx.relock_rw,
         _ => false,
     };
+    // Set after a drop that the next op follows at once, in the same poll: the dropped
+    // guard's release, parked, goes out with that op's create (one transaction) if it asks
+    // for the same kind, or first if it asks for the other.
+    let mut straight = false;
     for (i, op) in plan.ops.iter().enumerate() {
         match &carried {
             // The pause before a relock is still time held: a holder whose node goes meanwhile
             // holds on until told, as `hold` has it (rule 3).
             Some((hid, held)) => hold(&ctx, *hid, held, op.pause).await,
+            None if std::mem::take(&mut straight) => {
+                lock(rec).log(format!("actor {me}: straight on after the drop"));
+            }
             None => tokio::time::sleep(op.pause).await,
         }
         // A relock queues again for what it held, whatever the op would have asked for.
@@ -1094,6 +1101,8 @@ async fn run_actor(ctx: Arc<Ctx>, me: usize, plan: ActorPlan, handle: Handle, se
         hold(&ctx, hid, &held, op.hold).await;
         let may_relock = relocker && i + 1 < plan.ops.len();
         carried = finish_or_carry(&ctx, me, hid, held, op, may_relock, &mut relock_rng).await;
+        straight =
+            ctx.relock && may_relock && carried.is_none() && !op.release && relock_rng.chance(50);
     }
     if let Some((hid, held)) = carried {
         finish(&ctx, me, hid, held, true).await;

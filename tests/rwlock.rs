@@ -939,3 +939,66 @@ async fn a_relock_of_a_foreign_or_lost_guard_creates_nothing() {
     s1.close().await;
     s2.close().await;
 }
+
+/// Worker loops on one session, with the guard dropped: a read after a dropped write (another
+/// kind) finds the write gone, since its parked release is sent before the read's create (fails
+/// if it waited for the task to yield: `WouldBlock`); a read after a dropped read, and a write
+/// after a dropped write, go out with the dropped guard's release in one transaction, fewer
+/// requests than a release followed by an acquire (fails without the merge: 4 requests each).
+/// On a current-thread runtime, where the parked release's task cannot run before the test
+/// yields, so the merge is certain (on a worker thread too: see `Holding::with_merge`).
+#[tokio::test]
+async fn a_dropped_guard_merges_with_the_next_acquire_of_its_kind_and_goes_first_before_another() {
+    let s = session().await;
+    let lock = RwLock::new(&s, unique_root("rw-merge")).unwrap();
+    for round in 0..3 {
+        let w = bounded("write", lock.write()).await.unwrap();
+        let old = w.path().to_string();
+        drop(w);
+        let r = bounded("try_read after a dropped write", lock.try_read())
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: a read right after a dropped write: {e}"));
+        let names: Vec<String> = lock
+            .contenders()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| c.node.name)
+            .collect();
+        assert!(
+            names.len() == 1 && r.path().ends_with(names[0].as_str()),
+            "round {round}: {old} left: {names:?}"
+        );
+        // Read after a dropped read: merged. Uncontended, one transaction plus the read of
+        // our new node's stat (with its watch) and the listing: 3 requests, against 4 for
+        // a release (1) and an acquire (create, list, own watch: 3).
+        let before = s.request_count();
+        drop(r);
+        let r = bounded("try_read after a dropped read", lock.try_read())
+            .await
+            .unwrap();
+        // The guard arms its own-node watch in the background: let it.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            s.request_count() - before,
+            3,
+            "round {round}: read after read"
+        );
+        drop(r);
+        let w = bounded("write", lock.try_write()).await.unwrap();
+        let before = s.request_count();
+        drop(w);
+        let w = bounded("try_write after a dropped write", lock.try_write())
+            .await
+            .unwrap();
+        // The guard arms its own-node watch in the background: let it.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            s.request_count() - before,
+            3,
+            "round {round}: write after write"
+        );
+        w.release().await.unwrap();
+    }
+    s.close().await;
+}

@@ -3,8 +3,12 @@
 //! window / `cdur` (PeerBench's `contended_nN.handoffs_per_s`).
 //!
 //! Section 5, read/write: 8 readers, then 8 readers + 2 writers, one session each, like PeerBench's
-//! `rwLock(8, 0)` / `rwLock(8, 2)`; then the same with each worker looping `relock_read` /
+//! `rwLock(8, 0)` / `rwLock(8, 2)`; then the same with each worker dropping its guard instead
+//! of awaiting its release (figures under `rwlock_drop`), and looping `relock_read` /
 //! `relock_write` (figures under `rwlock_relock`).
+//!
+//! Each loop is run three ways ([`Loop`]): the peers' (acquire, release), RAII's (acquire,
+//! drop the guard: its release goes out with the next acquire's create), and `relock`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,26 +19,53 @@ use zk_recipes::{FairLock, RwLock};
 use crate::common::*;
 use crate::Cfg;
 
-/// With `relock`, each worker loops `relock` (release and queue again in one transaction)
-/// instead of `release` then `lock`: figures under `contended_relock_nN`.
+/// How a worker ends each holding before it acquires again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loop {
+    /// `guard.release().await`, then acquire: the peers' loop.
+    Release,
+    /// Drop the guard, then acquire: the dropped guard's release goes out with the next
+    /// create, in one transaction.
+    Drop,
+    /// `relock(guard)`: release and queue again in one transaction, explicitly.
+    Relock,
+}
+
+impl Loop {
+    fn how(self) -> &'static str {
+        match self {
+            Loop::Release => "acquire -> release",
+            Loop::Drop => "acquire -> drop the guard",
+            Loop::Relock => "relock (release + queue again in one transaction)",
+        }
+    }
+
+    /// What the section's figure names carry after their family name.
+    fn tag(self) -> &'static str {
+        match self {
+            Loop::Release => "",
+            Loop::Drop => "_drop",
+            Loop::Relock => "_relock",
+        }
+    }
+}
+
+/// Each worker loops as `how` says: figures under `contended_nN`, `contended_drop_nN` and
+/// `contended_relock_nN`.
 pub async fn fair_lock(
     cs: &str,
     root: &str,
     cfg: &Cfg,
     n: usize,
-    relock: bool,
+    how: Loop,
     m: &mut Metrics,
 ) -> Res<()> {
-    let how = if relock {
-        "relock (release + queue again in one transaction)"
-    } else {
-        "lock -> release"
-    };
+    let how_text = how.how();
     section(&format!(
-        "2. contended FairLock, {n} sessions looping {how} on one path"
+        "2. contended FairLock, {n} sessions looping {how_text} on one path"
     ));
     let sessions = connect_many(cs, n).await?;
-    let path = format!("{root}/mutex-n{n}-{relock}");
+    let path = format!("{root}/mutex-n{n}-{how:?}");
     let ex = Arc::new(Exclusion::default());
     let (w, recs) = run_workers(cs, &sessions, cfg, |_, session, stop| {
         let (ex, path) = (ex.clone(), path.clone());
@@ -52,10 +83,10 @@ pub async fn fair_lock(
                 ex.enter_exclusive(guard.fencing_token());
                 recs.push((t1, t1 - t0));
                 ex.leave_exclusive();
-                if relock {
-                    held = Some(guard);
-                } else {
-                    guard.release().await?;
+                match how {
+                    Loop::Relock => held = Some(guard),
+                    Loop::Drop => drop(guard),
+                    Loop::Release => guard.release().await?,
                 }
             }
             if let Some(g) = held {
@@ -66,11 +97,7 @@ pub async fn fair_lock(
     })
     .await?;
     let s = in_window(&recs, w.ws, w.we);
-    let p = if relock {
-        format!("contended_relock_n{n}")
-    } else {
-        format!("contended_n{n}")
-    };
+    let p = format!("contended{}_n{n}", how.tag());
     let done = s.len().max(1) as f64;
     m.put(
         &format!("{p}.handoffs_per_s"),
@@ -100,27 +127,22 @@ pub async fn fair_lock(
     Ok(())
 }
 
-/// With `relock`, each worker loops `relock_read` / `relock_write` (release and queue again
-/// in one transaction) instead of `release` then `read` / `write`.
+/// Each worker loops as `how` says (with `Loop::Relock`, `relock_read` / `relock_write`).
 pub async fn rw(
     cs: &str,
     root: &str,
     cfg: &Cfg,
     readers: usize,
     writers: usize,
-    relock: bool,
+    how: Loop,
     m: &mut Metrics,
 ) -> Res<()> {
-    let how = if relock {
-        "relock (release + queue again in one transaction)"
-    } else {
-        "acquire -> release"
-    };
+    let how_text = how.how();
     section(&format!(
-        "5. read/write lock, {readers} readers + {writers} writers, one session each, looping {how}"
+        "5. read/write lock, {readers} readers + {writers} writers, one session each, looping {how_text}"
     ));
     let sessions = connect_many(cs, readers + writers).await?;
-    let path = format!("{root}/rw-r{readers}w{writers}-{relock}");
+    let path = format!("{root}/rw-r{readers}w{writers}-{how:?}");
     let ex = Arc::new(Exclusion::default());
     let (w, recs) = run_workers(cs, &sessions, cfg, |i, session, stop| {
         let (ex, path) = (ex.clone(), path.clone());
@@ -139,10 +161,10 @@ pub async fn rw(
                     ex.enter_shared();
                     recs.push((t1, t1 - t0));
                     ex.leave_shared();
-                    if relock {
-                        read = Some(guard);
-                    } else {
-                        guard.release().await?;
+                    match how {
+                        Loop::Relock => read = Some(guard),
+                        Loop::Drop => drop(guard),
+                        Loop::Release => guard.release().await?,
                     }
                 } else {
                     let guard = match write.take() {
@@ -153,10 +175,10 @@ pub async fn rw(
                     ex.enter_exclusive(guard.fencing_token());
                     recs.push((t1, t1 - t0));
                     ex.leave_exclusive();
-                    if relock {
-                        write = Some(guard);
-                    } else {
-                        guard.release().await?;
+                    match how {
+                        Loop::Relock => write = Some(guard),
+                        Loop::Drop => drop(guard),
+                        Loop::Release => guard.release().await?,
                     }
                 }
             }
@@ -170,11 +192,7 @@ pub async fn rw(
         }
     })
     .await?;
-    let p = if relock {
-        format!("rwlock_relock.r{readers}w{writers}")
-    } else {
-        format!("rwlock.r{readers}w{writers}")
-    };
+    let p = format!("rwlock{}.r{readers}w{writers}", how.tag());
     let r = in_window(&recs[..readers], w.ws, w.we);
     m.put(
         &format!("{p}.read_acq_per_s"),

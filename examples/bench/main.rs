@@ -31,14 +31,15 @@
 //! # Sections (one file each)
 //!
 //! 1. `uncontended.rs`: one session, FairLock acquire+release beside a raw create+delete.
-//! 2. `contended.rs`: N sessions looping lock → release on one path (hand-offs/s), then looping
-//!    `relock` (release and queue again in one transaction).
+//! 2. `contended.rs`: N sessions looping lock → release on one path (hand-offs/s), then lock →
+//!    drop the guard (its release goes out with the next create), then `relock` (release and
+//!    queue again in one transaction).
 //! 3. `drain.rs`: 1000 queued waiters drained, beside the **raw chain** (N bare clients, each
 //!    waiting for its predecessor's deletion, then deleting its own node): the per hand-off
 //!    cost against one write plus one notification, split into wake-up and release.
 //! 4. `herd.rs`: watches and notifications per release (counts, first round only).
 //! 5. `contended.rs` (`rw`): read/write lock, 8 readers, and 8 readers + 2 writers, looping
-//!    acquire → release, then looping `relock_read` / `relock_write`.
+//!    acquire → release, then acquire → drop the guard, then `relock_read` / `relock_write`.
 //! 6. `peers.rs`: the peers' script.
 //!
 //! Every figure is also printed as `METRIC ours.<name> <value> <unit>`, the peers' format,
@@ -46,6 +47,7 @@
 
 mod common;
 mod contended;
+use contended::Loop;
 mod drain;
 mod herd;
 mod peers;
@@ -236,8 +238,8 @@ async fn warm(cs: &str, cfg: &Cfg, round: usize) -> Res<()> {
     );
     let mut scratch = Metrics::quiet();
     uncontended::run(cs, &root, cfg, &mut scratch).await?;
-    contended::fair_lock(cs, &root, cfg, 8, false, &mut scratch).await?;
-    contended::fair_lock(cs, &root, cfg, 8, true, &mut scratch).await?;
+    contended::fair_lock(cs, &root, cfg, 8, Loop::Release, &mut scratch).await?;
+    contended::fair_lock(cs, &root, cfg, 8, Loop::Relock, &mut scratch).await?;
     println!(
         "== warm-up done in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -257,8 +259,9 @@ async fn ours(cs: &str, cfg: &Cfg, round: usize) -> Res<Metrics> {
     }
     if cfg.has("contended") {
         for &n in &cfg.contended {
-            contended::fair_lock(cs, &root, cfg, n, false, &mut m).await?;
-            contended::fair_lock(cs, &root, cfg, n, true, &mut m).await?;
+            for how in [Loop::Release, Loop::Drop, Loop::Relock] {
+                contended::fair_lock(cs, &root, cfg, n, how, &mut m).await?;
+            }
         }
     }
     if cfg.has("drain") {
@@ -270,9 +273,9 @@ async fn ours(cs: &str, cfg: &Cfg, round: usize) -> Res<Metrics> {
         herd::run(cs, &root, cfg, &mut m).await?;
     }
     if cfg.has("rw") {
-        for relock in [false, true] {
-            contended::rw(cs, &root, cfg, 8, 0, relock, &mut m).await?;
-            contended::rw(cs, &root, cfg, 8, 2, relock, &mut m).await?;
+        for how in [Loop::Release, Loop::Drop, Loop::Relock] {
+            contended::rw(cs, &root, cfg, 8, 0, how, &mut m).await?;
+            contended::rw(cs, &root, cfg, 8, 2, how, &mut m).await?;
         }
     }
     if cfg.has("scale") {

@@ -159,6 +159,15 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
             Goal::AtLeastPeers(2.0),
         ));
         v.push(row(
+            format!(
+                "contended hand-offs/s, {n} sessions, lock, drop the guard (peers: lock, release)"
+            ),
+            &format!("contended_drop_n{n}.handoffs_per_s"),
+            Some(&c),
+            Some(&k),
+            Goal::None,
+        ));
+        v.push(row(
             format!("contended hand-offs/s, {n} sessions, looping relock (peers: lock, release)"),
             &format!("contended_relock_n{n}.handoffs_per_s"),
             Some(&c),
@@ -168,6 +177,13 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
         v.push(row(
             format!("  log syncs per hand-off, {n} sessions (ours: lock, release)"),
             &format!("contended_n{n}.fsyncs_per_handoff"),
+            None,
+            None,
+            Goal::None,
+        ));
+        v.push(row(
+            format!("  log syncs per hand-off, {n} sessions (ours: lock, drop the guard)"),
+            &format!("contended_drop_n{n}.fsyncs_per_handoff"),
             None,
             None,
             Goal::None,
@@ -193,6 +209,20 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
         Some("curator.rwlock.r8w2.read_acq_per_s"),
         Some("kazoo_pypi.rwlock.r8w2.read_acq_per_s"),
         Goal::AtLeastPeers(1.5),
+    ));
+    v.push(row(
+        "reads/s, 8 readers, read, drop the guard (peers: acquire, release)".into(),
+        "rwlock_drop.r8w0.read_acq_per_s",
+        Some("curator.rwlock.r8w0.read_acq_per_s"),
+        Some("kazoo.rwlock.r8w0.read_acq_per_s"),
+        Goal::None,
+    ));
+    v.push(row(
+        "reads/s, 8 readers + 2 writers, dropping the guards (peers: acquire, release)".into(),
+        "rwlock_drop.r8w2.read_acq_per_s",
+        Some("curator.rwlock.r8w2.read_acq_per_s"),
+        Some("kazoo_pypi.rwlock.r8w2.read_acq_per_s"),
+        Goal::None,
     ));
     v.push(row(
         "reads/s, 8 readers, looping relock_read (peers: acquire, release)".into(),
@@ -272,6 +302,13 @@ fn rows(contended: &[usize], drain: &[usize]) -> Vec<Row> {
             label,
             &format!("contended_n{n}.violations"),
             Some(&format!("curator.mutex.contended_n{n}.violations")),
+            None,
+            Goal::Zero,
+        ));
+        v.push(row(
+            format!("exclusion violations, contended {n}, dropping the guard"),
+            &format!("contended_drop_n{n}.violations"),
+            None,
             None,
             Goal::Zero,
         ));

@@ -22,8 +22,21 @@ enum Attempt {
 /// # Cancel safety
 ///
 /// Dropping the future deletes our node in the background (tracked by the session).
+///
+/// A guard of the same kind on the same directory and session dropped just before (and still
+/// parked, see [`Holding::with_merge`]) is released in the same transaction as our create; a
+/// parked guard of another kind is released first, before our create.
 pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
-    acquire_after(session, spec, wait, None).await
+    let merged = match Holding::unpark(session, &spec.dir) {
+        Some(held) if held.name().kind == spec.kind => held.epoch().map(|epoch| (epoch, held)),
+        // Another kind (a dropped writer before a read): released now, before our create, as
+        // it would have been without the parking.
+        other => {
+            drop(other);
+            None
+        }
+    };
+    acquire_after(session, spec, wait, merged).await
 }
 
 /// Releases `held` and queues again at the back, in one transaction (see
@@ -239,9 +252,12 @@ impl<'a> Waiter<'a> {
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
         let semaphore = matches!(spec.rule, Rule::Permits(_));
         let mut made_parents = 0;
+        // Whether this pass relocks a dropped guard that a plain lock() took back.
+        let mut merged;
         let (me, czxid, children, dir_data, own_watch) = loop {
             // A relock releases the held node in the same transaction (first pass only).
             let relocking = handover.is_some();
+            merged = handover.as_ref().is_some_and(Holding::is_parked);
             // Set once a relock's transaction was applied: from then on our old node is gone
             // and a new one exists, whatever fails next.
             let applied = std::sync::atomic::AtomicBool::new(false);
@@ -327,6 +343,13 @@ impl<'a> Waiter<'a> {
                         Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
                     }
                 }
+                // A merged drop's node was gone (nothing was applied): the lock() that took
+                // it back creates its node plainly; that guard is not its to report on.
+                Err(zk::Error::NoNode)
+                    if merged && !applied.load(std::sync::atomic::Ordering::SeqCst) =>
+                {
+                    continue;
+                }
                 Err(zk::Error::NoNode) if relocking => {
                     pending.disarm();
                     if applied.load(std::sync::atomic::Ordering::SeqCst) {
@@ -384,6 +407,8 @@ impl<'a> Waiter<'a> {
                         Err(_) => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
                     }
                 }
+                // The server refused the merged drop's part: as above.
+                Err(_) if merged && refused.get().is_some() => continue,
                 Err(err) => {
                     pending.disarm();
                     if let Some(old) = refused.get() {

@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use super::{Granted, WatchFuture, RELEASE_MARK};
 use crate::error::{failure, is_unknown, Error, Failure, LossReason, Result};
-use crate::path::NodeName;
+use crate::path::{parent, NodeName};
 use crate::session::{Epoch, GuardCheck, Op, Relocked, Session};
 
 /// The shared state behind every guard: our granted node, its loss signal and its release.
@@ -44,6 +44,14 @@ pub(crate) struct Holding {
     mark_release: bool,
     /// The node path is reused by later holders (the simple lock): check the czxid first.
     verify_czxid: bool,
+    /// A dropped guard's release may wait, parked, for a `lock()` of the same kind on the
+    /// same directory and session, to go out with its create (see `with_merge`).
+    mergeable: bool,
+    /// Parked: the guard was dropped (so `lost` is cancelled) but the node is still ours and
+    /// this holding's own drop must release it.
+    release_owed: bool,
+    /// The hold's end was recorded already (a parked holding's was, when its guard dropped).
+    ended: bool,
     /// For the metrics and the `hold` span: what we hold, since when, and whether the hold
     /// ended in a loss.
     kind: &'static str,
@@ -177,6 +185,9 @@ impl Holding {
             claimed: false,
             mark_release: true,
             verify_czxid: false,
+            mergeable: false,
+            release_owed: false,
+            ended: false,
             kind,
             since: Instant::now(),
             span,
@@ -190,6 +201,43 @@ impl Holding {
     pub(crate) fn with_release_mark(mut self, mark: bool) -> Holding {
         self.mark_release = mark;
         self
+    }
+
+    /// Lets a dropped guard's release merge with the next `lock()` of the same kind on the
+    /// same directory and session (the fair lock's and the read/write lock's loop: lock,
+    /// work, drop the guard, lock), which then sends both in one transaction, as
+    /// [`relock`](super::relock) does: one log write and sync per iteration instead of two.
+    ///
+    /// How: the drop parks the release in the session ([`Session::park`]) and spawns a task
+    /// that releases it unless a `lock()` took it back first. A task spawned from a tokio
+    /// task runs no sooner than that task yields, and a loop's next `lock()` sends its first
+    /// request in its first poll, before any yield: so the loop merges, and a drop with no
+    /// `lock()` after it sends its release at the dropping task's next await, a few
+    /// microseconds later than before. (A task that blocks its thread after the drop holds
+    /// the release back with it, as it holds every task behind it.)
+    ///
+    /// Why it is safe: a merged `lock()` is a relock (`start_relock`: atomic, the new node
+    /// queued at the back, every failure falling back to the plain retried release), except
+    /// that a failure of the old node's part is not reported to the `lock()` caller, who no
+    /// longer holds that guard: it creates its node plainly instead. The parked holding's
+    /// monitor is stopped and `lost` cancelled at the drop, as for a release sent at once.
+    pub(crate) fn with_merge(mut self) -> Holding {
+        self.mergeable = !self.verify_czxid && !self.claimed;
+        self
+    }
+
+    /// Takes back the release of a guard dropped (and parked) on `session` under `dir`, for
+    /// an acquire to merge with its create or to send first (see
+    /// [`with_merge`](Self::with_merge)).
+    pub(crate) fn unpark(session: &Session, dir: &str) -> Option<Holding> {
+        let item = session.unpark(dir, None, |item| item.is::<Holding>())?;
+        item.downcast::<Holding>().ok().map(|h| *h)
+    }
+
+    /// Whether a `lock()` took this holding back from the parked releases: its release is
+    /// then the relock's.
+    pub(crate) fn is_parked(&self) -> bool {
+        self.release_owed
     }
 
     /// For a node path that later holders reuse (the simple lock): release only after checking
@@ -504,13 +552,12 @@ impl Holding {
     /// lock reads its node before it writes, and a release abandoned between the two would
     /// leave the node, and the lock, held until the session ends. Polled once in place
     /// ([`Session::spawn_tracked_sent`]): a queue node's release (set + delete, or delete) is
-    /// queued on the session before this returns, so a worker loop (lock, work, drop the
-    /// guard, lock again on the same session) sends its next create without waiting for the
-    /// release's answer, and the server applies the two in order. (They still arrive as two
-    /// packets and the server usually syncs its log for each: 1.8 syncs per iteration in the
-    /// bench.) Safe whatever the order: the next node queues behind this one until it is
-    /// gone. (The simple lock's first request is its read; its write follows the read's
-    /// answer.)
+    /// queued on the session before this returns, so requests made after it go after it.
+    /// (A dropped fair-lock or read/write guard is parked first instead, see `with_merge`,
+    /// so that a worker loop's next create goes out in the same transaction: two packets,
+    /// as a release followed by a create makes, usually cost the server two log syncs.)
+    /// Safe whatever the order: the next node queues behind this one until it is gone. (The
+    /// simple lock's first request is its read; its write follows the read's answer.)
     fn start_release(
         &mut self,
         epoch: Arc<Epoch>,
@@ -618,15 +665,17 @@ impl Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        if !self.released && self.is_lost() {
+        if !self.released && !self.release_owed && self.is_lost() {
             self.lost_at_end = self.loss_reason();
         }
-        crate::observe::hold_ended(self.kind, self.since.elapsed(), self.lost_at_end);
+        if !std::mem::replace(&mut self.ended, true) {
+            crate::observe::hold_ended(self.kind, self.since.elapsed(), self.lost_at_end);
+        }
         if self.released {
             return;
         }
         self.stop_monitor.cancel();
-        if self.lost.is_cancelled() {
+        if self.lost.is_cancelled() && !self.release_owed {
             // Lost: the node is gone or not ours to delete any more.
             self.unclaim();
             return;
@@ -635,12 +684,75 @@ impl Drop for Holding {
             self.unclaim();
             return;
         };
-        let monitor = self.monitor.take();
         self.lost.cancel();
+        if self.mergeable && !self.release_owed && self.park() {
+            return;
+        }
+        let monitor = self.monitor.take();
         // Nobody waits for the outcome: the task logs it.
         drop(self.start_release(epoch, monitor));
     }
 }
+
+impl Holding {
+    /// Parks our release in the session for a `lock()` to merge (see `with_merge`): moves
+    /// this holding's state into a parked one, whose own drop releases the node, and spawns
+    /// the task that drops it unless a `lock()` took it back first. False (nothing moved)
+    /// outside a tokio runtime.
+    fn park(&mut self) -> bool {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return false;
+        }
+        let dir = parent(&self.path).to_string();
+        let parked = Holding {
+            session: self.session.clone(),
+            epoch: self.epoch.clone(),
+            path: std::mem::take(&mut self.path),
+            name: self.name.clone(),
+            czxid: self.czxid,
+            session_id: self.session_id,
+            lost: self.lost.clone(),
+            reason: self.reason.clone(),
+            epoch_token: self.epoch_token.clone(),
+            epoch_reason: self.epoch_reason.clone(),
+            stop_monitor: self.stop_monitor.clone(),
+            revoke: self.revoke.clone(),
+            monitor: self.monitor.take(),
+            gate: self.gate.clone(),
+            released: false,
+            claimed: false,
+            mark_release: self.mark_release,
+            verify_czxid: false,
+            mergeable: true,
+            release_owed: true,
+            ended: true,
+            kind: self.kind,
+            since: self.since,
+            span: self.span.clone(),
+            lost_at_end: None,
+        };
+        self.released = true;
+        let (ticket, before) = self.session.park(dir.clone(), Box::new(parked));
+        // Another guard of the directory dropped earlier in the same poll: released now.
+        drop(before);
+        let session = self.session.clone();
+        self.session.spawn_tracked(async move {
+            // Spawned from a runtime thread that is not one of its workers (the body of
+            // `block_on`, `#[tokio::main]`), this task may start on a worker at once, beside
+            // the task that dropped the guard: yielding twice first leaves that task the few
+            // microseconds it needs to reach its next `lock()`.
+            for _ in 0..PARK_YIELDS {
+                tokio::task::yield_now().await;
+            }
+            drop(session.unpark(&dir, Some(ticket), |_| false));
+        });
+        true
+    }
+}
+
+/// How many times a parked release's task yields before it sends the release (see
+/// `Holding::park`).
+const PARK_YIELDS: usize = 2;
 
 /// What arming the own-node watch found.
 pub(crate) enum Checked {
