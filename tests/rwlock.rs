@@ -794,6 +794,8 @@ async fn a_read_relock_queues_behind_a_waiting_writer() {
     let r_other = bounded("read", other_reader.read()).await.unwrap();
     let r = bounded("read", lock.read()).await.unwrap();
     let (old_path, old_token) = (r.path().to_string(), r.fencing_token());
+    // The guard arms the watch on its node in the background: let it, before counting.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let before = s1.request_count();
     let r = bounded("relock_read", lock.relock_read(r))
         .await
@@ -986,6 +988,8 @@ async fn a_dropped_guard_merges_with_the_next_acquire_of_its_kind_and_goes_first
         );
         drop(r);
         let w = bounded("write", lock.try_write()).await.unwrap();
+        // As above: its own-node watch first, then count.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let before = s.request_count();
         drop(w);
         let w = bounded("try_write after a dropped write", lock.try_write())
