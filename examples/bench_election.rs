@@ -94,6 +94,8 @@ usage: cargo run --release --features testing --example bench_election -- [optio
   --current-thread    run our side on a current-thread tokio runtime (default: multi-thread)
   --spy               a bare session also watches the leader's node: when it hears of each
                       resignation (one more notification per failover)
+  --probe-send        a diagnostic: when our resigning session handed its release to the
+                      client library (the instant the library counts the request), per round
 
 env: ZK_CONNECT=host:port use that ZooKeeper instead of starting one
 ";
@@ -108,6 +110,7 @@ struct Opts {
     curator: bool,
     current_thread: bool,
     spy: bool,
+    probe_send: bool,
 }
 
 fn parse_args() -> Res<Opts> {
@@ -120,6 +123,7 @@ fn parse_args() -> Res<Opts> {
         curator: true,
         current_thread: false,
         spy: false,
+        probe_send: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -135,7 +139,7 @@ fn parse_args() -> Res<Opts> {
         };
         i += if matches!(
             a,
-            "--no-curator" | "--current-thread" | "--spy" | "-h" | "--help"
+            "--no-curator" | "--current-thread" | "--spy" | "--probe-send" | "-h" | "--help"
         ) {
             1
         } else {
@@ -150,6 +154,7 @@ fn parse_args() -> Res<Opts> {
             "--no-curator" => o.curator = false,
             "--current-thread" => o.current_thread = true,
             "--spy" => o.spy = true,
+            "--probe-send" => o.probe_send = true,
             "-h" | "--help" => {
                 print!("{HELP}");
                 std::process::exit(0);
@@ -211,6 +216,10 @@ fn goal(what: &str, ratio: f64, limit: f64) {
 
 fn main() -> Res<()> {
     let opts = parse_args()?;
+    if opts.probe_send {
+        metrics::set_global_recorder(send_probe::Probe)
+            .map_err(|_| "a metrics recorder is installed already")?;
+    }
     let mut runtime = if opts.current_thread {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -305,6 +314,15 @@ async fn run(opts: Opts) -> Res<()> {
         } else {
             None
         };
+        if opts.probe_send {
+            println!(
+                "  turn {t}: p50 our resigning session handed its release to the client library after: default {:.3} ms, mark {:.3} ms ({} and {} rounds seen)",
+                pct(&plain.send, 50.0),
+                pct(&marked.send, 50.0),
+                plain.send.len(),
+                marked.send.len()
+            );
+        }
         let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
         println!(
             "  turn {t}: requests by the next leader between the resignation and its election: default {:.2}, mark {:.2}",
@@ -599,6 +617,9 @@ struct Failovers {
     /// When a bare `zookeeper_client` session watching the leader's node (set just before
     /// the resignation) heard of it: the server's and the network's share of `clean`.
     spy: Vec<Duration>,
+    /// With `--probe-send`: when the resigning session handed its release to the client
+    /// library, from the start of the clock.
+    send: Vec<Duration>,
     expire: Vec<Duration>,
     expire_call: Vec<Duration>,
 }
@@ -734,6 +755,10 @@ async fn rust_failover(
         let t0 = Instant::now();
         leadership.resign().await?;
         let (n, t1, l) = next(&mut rx).await?;
+        let sent_at = opts
+            .probe_send
+            .then(|| send_probe::first_since(t0))
+            .flatten();
         // The old leader joins again once the next one leads, as LatchBench's does.
         go[cur].notify_one();
         if let Some(spied) = spied {
@@ -743,6 +768,9 @@ async fn rust_failover(
             }
         }
         if r >= clean_warmup {
+            if let Some(sent_at) = sent_at {
+                out.send.push(sent_at - t0);
+            }
             out.clean.push(t1 - t0);
             out.wake_requests
                 .push(sessions[n].request_count().saturating_sub(sent[n]));
@@ -881,4 +909,63 @@ fn build_latch_bench() -> Res<PathBuf> {
         .into());
     }
     Ok(dir)
+}
+
+/// `--probe-send`: a `metrics` recorder that notes the instants at which the library counts a
+/// `multi` or `delete` request (`zk_recipes_requests_total{op=...}`), which it does right after
+/// handing the request to `zookeeper-client` (see `Epoch::track`). The first one after a
+/// resignation's clock starts is that resignation's release (a marked one is a `multi`, a
+/// plain one a `delete`): the share of the failover our client spends before the request can
+/// leave. Every other metric is dropped.
+mod send_probe {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use metrics::{
+        Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    static SENT: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
+
+    /// The first release counted at or after `t0`; forgets every earlier one.
+    pub fn first_since(t0: Instant) -> Option<Instant> {
+        let mut sent = SENT.lock().unwrap();
+        let first = sent.iter().copied().filter(|&t| t >= t0).min();
+        sent.clear();
+        first
+    }
+
+    struct Multi;
+
+    impl CounterFn for Multi {
+        fn increment(&self, _: u64) {
+            SENT.lock().unwrap().push(Instant::now());
+        }
+        fn absolute(&self, _: u64) {}
+    }
+
+    pub struct Probe;
+
+    impl Recorder for Probe {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let release = key.name() == "zk_recipes_requests_total"
+                && key
+                    .labels()
+                    .any(|l| l.key() == "op" && matches!(l.value(), "multi" | "delete"));
+            if release {
+                Counter::from_arc(Arc::new(Multi))
+            } else {
+                Counter::noop()
+            }
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
 }
