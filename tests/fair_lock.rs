@@ -929,6 +929,74 @@ async fn a_relock_hands_the_lock_on_and_queues_at_the_back_in_one_transaction() 
     b.close().await;
 }
 
+/// A relock that has to wait reads its new node (whose stat ZooKeeper 3.8 leaves out of the
+/// transaction's answer) in the same round trip as it watches the node in front of it: with
+/// the answer to its third request held up, its fourth has reached the server already. (It
+/// used to read its node first and watch the predecessor one round trip later: three requests
+/// through, then nothing until the answer came.) Once the hold ends, the relock is granted
+/// after the waiter in front of it, with a fencing token above the waiter's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_relock_reads_its_node_with_the_watch_on_its_predecessor() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let root = unique_root("relock-pipelined");
+    let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let b = session().await;
+    let lock_a = FairLock::new(&a, &root).unwrap();
+    let ga = lock_a.lock().await.unwrap();
+    let lock_b = FairLock::new(&b, &root).unwrap();
+    let waiter = tokio::spawn(async move { lock_b.lock().await });
+    while children(&root).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The guard's own-node watch is armed by its monitor task: let it go out first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stall = Duration::from_millis(1000);
+    let before = proxy.requests_forwarded();
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(3),
+        FaultAction::Stall(stall),
+    ));
+    let held_up = std::time::Instant::now();
+    let relock = tokio::spawn(async move { lock_a.relock(ga).await });
+    let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap()
+        .unwrap();
+    // Time for the fourth request to leave, had it not waited for the third's answer.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let through = proxy.requests_forwarded() - before;
+    assert!(
+        held_up.elapsed() < stall,
+        "the hold was over before the count: the test proves nothing"
+    );
+    assert_eq!(
+        through, 4,
+        "a waiting relock sends its transaction and listing, then the read of its own node \
+         together with the watch on the waiter in front of it; {through} requests reached the \
+         server while the third one's answer was held up"
+    );
+    let b_token = gb.fencing_token();
+    gb.release().await.unwrap();
+    let ga = tokio::time::timeout(Duration::from_secs(10), relock)
+        .await
+        .expect("the relock was not granted after B released")
+        .unwrap()
+        .unwrap();
+    assert!(
+        ga.fencing_token() > b_token,
+        "tokens must grow in grant order"
+    );
+    assert_eq!(
+        children(&root).await,
+        vec![ga.path().rsplit('/').next().unwrap().to_string()],
+        "only the relocked node is left"
+    );
+    ga.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+}
+
 /// A relock of a guard whose node is gone (an administrator deleted it: told or not yet told)
 /// answers `LockLost` and creates nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

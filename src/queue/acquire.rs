@@ -190,7 +190,9 @@ struct Waiter<'a> {
     pending: Abandoned,
     me: NodeName,
     my_path: String,
-    czxid: i64,
+    /// Our node's czxid; `None` for a relock's node until its first read (ZooKeeper 3.8
+    /// answers a create inside a multi without its stat), see [`Waiter::owns`].
+    czxid: Option<i64>,
     /// Members below us still believed to exist, ascending: the nearest ones only (see
     /// [`Rule::window`]).
     lower: Vec<NodeName>,
@@ -254,7 +256,7 @@ impl<'a> Waiter<'a> {
         let mut made_parents = 0;
         // Whether this pass relocks a dropped guard that a plain lock() took back.
         let mut merged;
-        let (me, czxid, children, dir_data, own_watch) = loop {
+        let (me, czxid, children, dir_data) = loop {
             // A relock releases the held node in the same transaction (first pass only).
             let relocking = handover.is_some();
             merged = handover.as_ref().is_some_and(Holding::is_parked);
@@ -273,7 +275,6 @@ impl<'a> Waiter<'a> {
                         spec.data.clone(),
                         acls.clone(),
                     );
-                    let (epoch, dir) = (epoch.clone(), &spec.dir);
                     let (applied, refused) = (&applied, &refused);
                     futures::future::Either::Left(async move {
                         let (stat, name) =
@@ -285,23 +286,15 @@ impl<'a> Waiter<'a> {
                                 }
                             };
                         applied.store(true, std::sync::atomic::Ordering::SeqCst);
-                        if stat.czxid > 0 && stat.ephemeral_owner != 0 {
-                            return Ok((stat, name, None));
-                        }
-                        // ZooKeeper 3.8 answers a create inside a multi without its stat: read
-                        // it (the czxid is our fencing token and our node's identity), with
-                        // the own-node watch that the wait and the guard need anyway.
-                        match epoch.check_and_watch_stat(&join(dir, &name)).await {
-                            Ok((Some(stat), w)) => {
-                                let own: WatchFuture = Box::pin(w.changed());
-                                Ok((stat, name, Some(own)))
-                            }
-                            // Deleted already (an administrator): as after a plain create.
-                            Ok((None, _)) => Err(zk::Error::NoNode),
-                            // Any failure now leaves our new node unread: settle it as an
-                            // unknown outcome (found by its protection id), never abandon it.
-                            Err(_) => Err(zk::Error::ConnectionLoss),
-                        }
+                        // ZooKeeper 3.8 answers a create inside a multi without its stat. Our
+                        // node's czxid (the fencing token, and the node's identity) is then
+                        // read by the first read of our own node, which sets the own-node
+                        // watch that the wait and the guard need anyway: pipelined with the
+                        // predecessor's watch when we must wait (`arm`), just before the
+                        // grant when we need not (`grant_if_first`). From here on our node
+                        // is `pending`'s, as a plain create's is: never left unowned.
+                        let read = stat.czxid > 0 && stat.ephemeral_owner != 0;
+                        Ok((read.then_some(stat), name))
                     })
                 }
                 None => {
@@ -310,7 +303,7 @@ impl<'a> Waiter<'a> {
                     futures::future::Either::Right(async move {
                         create
                             .await
-                            .map(|(stat, seq)| (stat, format!("{prefix}{seq}"), None))
+                            .map(|(stat, seq)| (Some(stat), format!("{prefix}{seq}")))
                     })
                 }
             };
@@ -323,9 +316,9 @@ impl<'a> Waiter<'a> {
                 None => None,
             };
             match created {
-                Ok((stat, name, own)) => {
+                Ok((stat, name)) => {
                     pending.set_path(join(&spec.dir, &name));
-                    if stat.ephemeral_owner != epoch.session_id {
+                    if stat.is_some_and(|stat| stat.ephemeral_owner != epoch.session_id) {
                         return Err(Error::ZooKeeper {
                             op: "create",
                             path: prefix_path.clone(),
@@ -335,8 +328,9 @@ impl<'a> Waiter<'a> {
                         });
                     }
                     let node = NodeName::parse(&name).expect("our own node name parses");
+                    let czxid = stat.map(|stat| stat.czxid);
                     match listed {
-                        Ok((children, _)) => break (node, stat.czxid, children, dir_data, own),
+                        Ok((children, _)) => break (node, czxid, children, dir_data),
                         Err(err) if is_unknown(&err) => {
                             return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
                         }
@@ -403,7 +397,7 @@ impl<'a> Waiter<'a> {
                         None => None,
                     };
                     match listed {
-                        Ok((children, _)) => break (node, czxid, children, dir_data, None),
+                        Ok((children, _)) => break (node, Some(czxid), children, dir_data),
                         Err(_) => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
                     }
                 }
@@ -438,7 +432,7 @@ impl<'a> Waiter<'a> {
             czxid,
             lower: Vec::new(),
             cut: false,
-            own_watch,
+            own_watch: None,
             confirmed: true,
             missing_in_a_row: 0,
             blips: 0,
@@ -569,9 +563,25 @@ impl<'a> Waiter<'a> {
                 Err(err) => return Err(Error::zk("get_children", &self.spec.dir, err)),
             }
         }
+        let czxid = match self.czxid {
+            Some(czxid) => czxid,
+            // A relock's node, not read yet (see `czxid`): read it now, with the own-node
+            // watch that the guard keeps.
+            None => match self.epoch.check_and_watch_stat(&self.my_path).await {
+                Ok((Some(stat), w)) if self.owns(&stat) => {
+                    self.czxid = Some(stat.czxid);
+                    self.own_watch = Some(Box::pin(w.changed()));
+                    self.confirmed = true;
+                    stat.czxid
+                }
+                Ok(_) => return Ok(Some(self.node_deleted())),
+                Err(err) if is_unknown(&err) => return Ok(Some(self.requeue())),
+                Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
+            },
+        };
         if !self.confirmed {
             match self.epoch.check_stat(&self.my_path).await {
-                Ok(Some(stat)) if stat.czxid == self.czxid => self.confirmed = true,
+                Ok(Some(stat)) if stat.czxid == czxid => self.confirmed = true,
                 Ok(_) => return Ok(Some(self.node_deleted())),
                 Err(err) if is_unknown(&err) => return Ok(Some(self.requeue())),
                 Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
@@ -624,7 +634,7 @@ impl<'a> Waiter<'a> {
             epoch: self.epoch.clone(),
             path: self.my_path.clone(),
             name: self.me.clone(),
-            czxid: self.czxid,
+            czxid,
             own_watch: self.own_watch.take(),
         })))
     }
@@ -648,7 +658,8 @@ impl<'a> Waiter<'a> {
         let mut unknown = false;
         if let Some(own) = own {
             match own.await {
-                Ok((Some(stat), w)) if stat.czxid == self.czxid => {
+                Ok((Some(stat), w)) if self.owns(&stat) => {
+                    self.czxid = Some(stat.czxid);
                     self.own_watch = Some(Box::pin(w.changed()))
                 }
                 Ok(_) => return Ok(Armed::Done(self.node_deleted())),
@@ -790,6 +801,18 @@ impl<'a> Waiter<'a> {
             Woke::Deadline => return Err(self.withdraw(Error::Timeout).await),
         }
         Ok(None)
+    }
+
+    /// Whether `stat`, read at our node's path, is our node: the czxid we know; or, for a
+    /// relock's node not read yet, any node of our session there. Its name carries the
+    /// protection id chosen for this one create, and the sequence number the server gave it:
+    /// our session made no other node of that name, and another session's node there has
+    /// another owner.
+    fn owns(&self, stat: &zk::Stat) -> bool {
+        match self.czxid {
+            Some(czxid) => stat.czxid == czxid,
+            None => stat.ephemeral_owner == self.epoch.session_id,
+        }
     }
 
     /// `target` is gone (a plain deletion): re-list, unless it was the last member we know
