@@ -1370,3 +1370,69 @@ async fn a_merged_lock_whose_dropped_node_was_deleted_creates_its_node_plainly()
 async fn a_merged_lock_whose_dropped_node_refuses_the_release_creates_its_node_plainly() {
     a_merged_lock_whose_dropped_node_fails(DroppedNode::Refused).await;
 }
+
+/// How a guard ends up dropped in a runtime that is gone before its tasks run, while the
+/// guard's session lives on in another runtime.
+enum ShortRuntime {
+    /// Dropped in the body of a current-thread runtime's `block_on` (a sync wrapper's), and
+    /// the runtime dropped when it returns.
+    BlockOn,
+    /// Held by a task of a runtime that shuts down: the task, and the guard, are dropped by
+    /// the shutdown.
+    Shutdown,
+}
+
+/// A guard dropped in a runtime that ends right after (given `how`) while its session lives on
+/// in another runtime is released all the same, and the lock reaches a waiter of another
+/// session: the drop's release must not depend on a task of the dropping runtime that never
+/// gets to run. Fails if the release, parked for a merge, waits for that task: the node stays,
+/// and the lock held, for as long as the session lives (`Timeout`).
+async fn a_guard_dropped_in_a_runtime_that_ends_is_released(how: ShortRuntime) {
+    let root = unique_root("drop-short-runtime");
+    let a = session().await;
+    let b = session().await;
+    let g = FairLock::new(&a, &root).unwrap().lock().await.unwrap();
+    std::thread::spawn(move || match how {
+        ShortRuntime::BlockOn => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move { drop(g) });
+        }
+        ShortRuntime::Shutdown => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.spawn(async move {
+                let _held = g;
+                std::future::pending::<()>().await
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            drop(rt);
+        }
+    })
+    .join()
+    .unwrap();
+    let gb = FairLock::new(&b, &root)
+        .unwrap()
+        .lock_timeout(Duration::from_secs(5))
+        .await
+        .expect("the dropped guard's node was never released: the lock is stuck held");
+    assert_only_node(&root, gb.path(), "the waiter's node only").await;
+    gb.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_in_a_block_on_of_a_runtime_dropped_after_is_released() {
+    a_guard_dropped_in_a_runtime_that_ends_is_released(ShortRuntime::BlockOn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_held_by_a_task_of_a_runtime_shut_down_is_released() {
+    a_guard_dropped_in_a_runtime_that_ends_is_released(ShortRuntime::Shutdown).await;
+}
