@@ -1371,36 +1371,40 @@ async fn a_merged_lock_whose_dropped_node_refuses_the_release_creates_its_node_p
     a_merged_lock_whose_dropped_node_fails(DroppedNode::Refused).await;
 }
 
-/// How a guard ends up dropped in a runtime that is gone before its tasks run, while the
-/// guard's session lives on in another runtime.
-enum ShortRuntime {
+/// How a guard ends up dropped in another runtime than its session's, one whose tasks do not
+/// run (any more) while the session lives on.
+enum OtherRuntime {
     /// Dropped in the body of a current-thread runtime's `block_on` (a sync wrapper's), and
     /// the runtime dropped when it returns.
     BlockOn,
     /// Held by a task of a runtime that shuts down: the task, and the guard, are dropped by
     /// the shutdown.
     Shutdown,
+    /// Dropped in the body of a current-thread runtime's `block_on`, and the runtime kept but
+    /// not driven again (a sync wrapper's, between two calls).
+    Idle,
 }
 
-/// A guard dropped in a runtime that ends right after (given `how`) while its session lives on
-/// in another runtime is released all the same, and the lock reaches a waiter of another
+/// A guard dropped in another runtime than its session's, one that runs no task after the
+/// drop (given `how`), is released all the same, and the lock reaches a waiter of another
 /// session: the drop's release must not depend on a task of the dropping runtime that never
 /// gets to run. Fails if the release, parked for a merge, waits for that task: the node stays,
 /// and the lock held, for as long as the session lives (`Timeout`).
-async fn a_guard_dropped_in_a_runtime_that_ends_is_released(how: ShortRuntime) {
-    let root = unique_root("drop-short-runtime");
+async fn a_guard_dropped_in_another_runtime_is_released(how: OtherRuntime) {
+    let root = unique_root("drop-other-runtime");
     let a = session().await;
     let b = session().await;
     let g = FairLock::new(&a, &root).unwrap().lock().await.unwrap();
-    std::thread::spawn(move || match how {
-        ShortRuntime::BlockOn => {
+    let kept = std::thread::spawn(move || match how {
+        OtherRuntime::BlockOn | OtherRuntime::Idle => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
             rt.block_on(async move { drop(g) });
+            matches!(how, OtherRuntime::Idle).then_some(rt)
         }
-        ShortRuntime::Shutdown => {
+        OtherRuntime::Shutdown => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .enable_all()
@@ -1412,6 +1416,7 @@ async fn a_guard_dropped_in_a_runtime_that_ends_is_released(how: ShortRuntime) {
             });
             std::thread::sleep(Duration::from_millis(100));
             drop(rt);
+            None
         }
     })
     .join()
@@ -1425,14 +1430,21 @@ async fn a_guard_dropped_in_a_runtime_that_ends_is_released(how: ShortRuntime) {
     gb.release().await.unwrap();
     a.close().await;
     b.close().await;
+    // Dropped off the test's runtime, as it was made.
+    std::thread::spawn(move || drop(kept)).join().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_dropped_in_a_block_on_of_a_runtime_dropped_after_is_released() {
-    a_guard_dropped_in_a_runtime_that_ends_is_released(ShortRuntime::BlockOn).await;
+    a_guard_dropped_in_another_runtime_is_released(OtherRuntime::BlockOn).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_held_by_a_task_of_a_runtime_shut_down_is_released() {
-    a_guard_dropped_in_a_runtime_that_ends_is_released(ShortRuntime::Shutdown).await;
+    a_guard_dropped_in_another_runtime_is_released(OtherRuntime::Shutdown).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_in_a_block_on_of_a_runtime_not_driven_again_is_released() {
+    a_guard_dropped_in_another_runtime_is_released(OtherRuntime::Idle).await;
 }
