@@ -984,6 +984,9 @@ struct Shared {
     path_locks: Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
     /// Releases parked by dropped guards, one per directory, see [`Session::park`].
     parked: Mutex<std::collections::HashMap<String, (u64, Parked)>>,
+    /// The runtime the session was made on, which runs its supervisor and its client: where
+    /// a parked release's task runs, see [`Session::spawn_tracked_at_home`].
+    home: tokio::runtime::Handle,
     next_park: AtomicU64,
 }
 
@@ -1092,6 +1095,7 @@ impl Session {
             path_locks: Mutex::new(Default::default()),
             parked: Mutex::new(Default::default()),
             next_park: AtomicU64::new(0),
+            home: tokio::runtime::Handle::current(),
         });
         let epoch = shared.install(client, 1);
         tokio::spawn(supervise(shared.clone(), epoch));
@@ -1358,6 +1362,18 @@ impl Session {
         } else {
             tracing::warn!("zk-recipes: a guard was dropped outside a tokio runtime; its node is released when the session ends");
         }
+    }
+
+    /// Like [`spawn_tracked`](Self::spawn_tracked), on the runtime the session was made on
+    /// (its supervisor's and its client's) whatever runtime the caller is on. From a task of
+    /// that runtime the new task still runs no sooner than the caller yields; from another
+    /// runtime it runs even if that one ends or is not driven again after the call (a sync
+    /// wrapper's `block_on`, a runtime shutting down), which a task spawned there would not.
+    pub(crate) fn spawn_tracked_at_home<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.shared.tracker.spawn_on(fut, &self.shared.home);
     }
 
     /// Like [`spawn_tracked`](Self::spawn_tracked), but polls `fut` once right here first, so

@@ -735,41 +735,22 @@ impl Holding {
         let (ticket, before) = self.session.park(dir.clone(), Box::new(parked));
         // Another guard of the directory dropped earlier in the same poll: released now.
         drop(before);
-        let flush = Unpark {
-            session: self.session.clone(),
-            dir,
-            ticket,
-        };
-        self.session.spawn_tracked(async move {
+        let session = self.session.clone();
+        // On the session's own runtime: a task spawned on the dropping thread's runtime never
+        // ran when that runtime ended, or was not driven again, right after the drop (a guard
+        // dropped in a sync wrapper's `block_on`, or by a task of a runtime shutting down),
+        // and the node, and the lock, stayed held for as long as the session lived.
+        self.session.spawn_tracked_at_home(async move {
             // Spawned from a runtime thread that is not one of its workers (the body of
-            // `block_on`, `#[tokio::main]`), this task may start on a worker at once, beside
-            // the task that dropped the guard: yielding twice first leaves that task the few
-            // microseconds it needs to reach its next `lock()`.
+            // `block_on`, `#[tokio::main]`, another runtime), this task may start on a worker
+            // at once, beside the task that dropped the guard: yielding twice first leaves
+            // that task the few microseconds it needs to reach its next `lock()`.
             for _ in 0..PARK_YIELDS {
                 tokio::task::yield_now().await;
             }
-            drop(flush);
+            drop(session.unpark(&dir, Some(ticket), |_| false));
         });
         true
-    }
-}
-
-/// Sends a parked release (unless a `lock()` took it back) when dropped: at the end of the
-/// task that `Holding::park` spawns, or with that task if it never runs. The task runs on the
-/// dropping thread's runtime, which may end first while the session lives on in another (a
-/// guard dropped in a short-lived runtime's `block_on`, or held by a task of a runtime shutting
-/// down): the runtime then drops the task, and the release goes out from here, queued on the
-/// session before the drop returns as an unparked release is. Without it the node, and the
-/// lock, stayed held for as long as the session lived.
-struct Unpark {
-    session: Session,
-    dir: String,
-    ticket: u64,
-}
-
-impl Drop for Unpark {
-    fn drop(&mut self) {
-        drop(self.session.unpark(&self.dir, Some(self.ticket), |_| false));
     }
 }
 
