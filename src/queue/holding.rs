@@ -214,7 +214,10 @@ impl Holding {
     /// request in its first poll, before any yield: so the loop merges, and a drop with no
     /// `lock()` after it sends its release at the dropping task's next await, a few
     /// microseconds later than before. (A task that blocks its thread after the drop holds
-    /// the release back with it, as it holds every task behind it.)
+    /// the release back with it until the thread is free, even on a multi-thread runtime: a
+    /// task spawned by a worker waits in that worker's LIFO slot, which other workers never
+    /// steal. A release sent at the drop did not wait; see the ignored test
+    /// `a_guard_dropped_before_its_worker_thread_blocks_is_released_meanwhile`.)
     ///
     /// Why it is safe: a merged `lock()` is a relock (`start_relock`: atomic, the new node
     /// queued at the back, every failure falling back to the plain retried release), except
