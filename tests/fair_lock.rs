@@ -1492,3 +1492,36 @@ async fn a_guard_dropped_before_its_worker_thread_blocks_is_released_meanwhile()
     a.close().await;
     b.close().await;
 }
+
+/// A worker loop in the body of a multi-thread runtime's `block_on` (`#[tokio::main]`, a
+/// test's body): there the parked release's task starts on a worker at once, beside the
+/// loop, and may send the release while the loop's next `try_lock` is on its way. Whichever
+/// comes first, the `try_lock` must find the lock free: merged with the release, or sent
+/// after it. Fails if the task takes the release out of the session's table and sends it
+/// only after: a `try_lock` that finds the table empty in between sends its create and
+/// listing first, and the listing shows the dropped guard's node (`WouldBlock`, within a few
+/// hundred iterations: the spin before the `try_lock` sweeps the window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_right_after_a_drop_in_a_block_on_body_finds_the_lock_free() {
+    let root = unique_root("drop-then-try-mt");
+    let s = session().await;
+    let lock = FairLock::new(&s, &root).unwrap();
+    let mut guard = lock.try_lock().await.unwrap();
+    for i in 0..3000u32 {
+        drop(guard);
+        let spin = std::time::Instant::now();
+        let wait = Duration::from_nanos(u64::from(i % 40) * 250);
+        while spin.elapsed() < wait {
+            std::hint::spin_loop();
+        }
+        guard = match lock.try_lock().await {
+            Ok(g) => g,
+            Err(e) => panic!(
+                "iteration {i} (spin {wait:?}): try_lock right after dropping the guard: {e}"
+            ),
+        };
+    }
+    guard.release().await.unwrap();
+    assert!(children(&root).await.is_empty());
+    s.close().await;
+}
