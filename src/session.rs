@@ -1315,36 +1315,38 @@ impl Session {
     /// that dropped it next yields: a `lock()` on the same directory and session made before
     /// then takes it back with [`unpark`](Self::unpark) and sends the release and its own
     /// create in one transaction (see the queue's `Holding`). Returns the ticket that the
-    /// flushing task passes to `unpark`, and any release parked under `key` before, which the
-    /// caller drops (releases) at once. The item's own `Drop` must release it: an item still
-    /// parked when the session ends is dropped with the table.
-    pub(crate) fn park(&self, key: String, item: Parked) -> (u64, Option<Parked>) {
+    /// flushing task passes to [`flush`](Self::flush). A release parked under `key` before
+    /// (another guard of the directory dropped earlier in the same poll) is sent at once,
+    /// under the table's lock as `flush` sends. The item's own `Drop` must release it: an
+    /// item still parked when the session ends is dropped with the table.
+    pub(crate) fn park(&self, key: String, item: Parked) -> u64 {
         let ticket = self.shared.next_park.fetch_add(1, Ordering::Relaxed);
-        let before = self
-            .shared
-            .parked
-            .lock()
-            .unwrap()
-            .insert(key, (ticket, item));
-        (ticket, before.map(|(_, item)| item))
+        let mut parked = self.shared.parked.lock().unwrap();
+        drop(parked.insert(key, (ticket, item)));
+        ticket
     }
 
-    /// Takes back the release parked under `key`: the one of `ticket` only, or, without one,
-    /// whichever is there if `wanted` accepts it.
-    pub(crate) fn unpark(
-        &self,
-        key: &str,
-        ticket: Option<u64>,
-        wanted: impl FnOnce(&Parked) -> bool,
-    ) -> Option<Parked> {
+    /// Takes back the release parked under `key`, if `wanted` accepts it: for an acquire to
+    /// merge with its create, or to send first.
+    pub(crate) fn unpark(&self, key: &str, wanted: impl FnOnce(&Parked) -> bool) -> Option<Parked> {
         let mut parked = self.shared.parked.lock().unwrap();
-        let (t, item) = parked.get(key)?;
-        let take = match ticket {
-            Some(ticket) => *t == ticket,
-            None => wanted(item),
-        };
-        take.then(|| parked.remove(key).map(|(_, item)| item))
+        let (_, item) = parked.get(key)?;
+        wanted(item)
+            .then(|| parked.remove(key).map(|(_, item)| item))
             .flatten()
+    }
+
+    /// Sends the release parked under `key` with `ticket`, unless an acquire took it back.
+    /// It is dropped, and so queued on the session, under the table's lock: an acquire that
+    /// finds the table without it then sends its create after the release. Taken out first
+    /// and dropped after, the release could be queued behind the create and listing of an
+    /// acquire that looked in between, whose listing then showed the dropped guard's node (a
+    /// `try_lock` right after the drop answered `WouldBlock`).
+    pub(crate) fn flush(&self, key: &str, ticket: u64) {
+        let mut parked = self.shared.parked.lock().unwrap();
+        if parked.get(key).is_some_and(|(t, _)| *t == ticket) {
+            drop(parked.remove(key));
+        }
     }
 
     /// Whether `other` is a handle of this same session manager.

@@ -233,7 +233,7 @@ impl Holding {
     /// an acquire to merge with its create or to send first (see
     /// [`with_merge`](Self::with_merge)).
     pub(crate) fn unpark(session: &Session, dir: &str) -> Option<Holding> {
-        let item = session.unpark(dir, None, |item| item.is::<Holding>())?;
+        let item = session.unpark(dir, |item| item.is::<Holding>())?;
         item.downcast::<Holding>().ok().map(|h| *h)
     }
 
@@ -735,9 +735,7 @@ impl Holding {
             lost_at_end: None,
         };
         self.released = true;
-        let (ticket, before) = self.session.park(dir.clone(), Box::new(parked));
-        // Another guard of the directory dropped earlier in the same poll: released now.
-        drop(before);
+        let ticket = self.session.park(dir.clone(), Box::new(parked));
         let session = self.session.clone();
         // On the session's own runtime: a task spawned on the dropping thread's runtime never
         // ran when that runtime ended, or was not driven again, right after the drop (a guard
@@ -751,7 +749,7 @@ impl Holding {
             for _ in 0..PARK_YIELDS {
                 tokio::task::yield_now().await;
             }
-            drop(session.unpark(&dir, Some(ticket), |_| false));
+            session.flush(&dir, ticket);
         });
         true
     }
