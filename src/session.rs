@@ -984,6 +984,9 @@ struct Shared {
     path_locks: Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
     /// Releases parked by dropped guards, one per directory, see [`Session::park`].
     parked: Mutex<std::collections::HashMap<String, (u64, Parked)>>,
+    /// The runtime the session was made on, which runs its supervisor and its client: where
+    /// a parked release's task runs, see [`Session::spawn_tracked_at_home`].
+    home: tokio::runtime::Handle,
     next_park: AtomicU64,
 }
 
@@ -1092,6 +1095,7 @@ impl Session {
             path_locks: Mutex::new(Default::default()),
             parked: Mutex::new(Default::default()),
             next_park: AtomicU64::new(0),
+            home: tokio::runtime::Handle::current(),
         });
         let epoch = shared.install(client, 1);
         tokio::spawn(supervise(shared.clone(), epoch));
@@ -1311,36 +1315,38 @@ impl Session {
     /// that dropped it next yields: a `lock()` on the same directory and session made before
     /// then takes it back with [`unpark`](Self::unpark) and sends the release and its own
     /// create in one transaction (see the queue's `Holding`). Returns the ticket that the
-    /// flushing task passes to `unpark`, and any release parked under `key` before, which the
-    /// caller drops (releases) at once. The item's own `Drop` must release it: an item still
-    /// parked when the session ends is dropped with the table.
-    pub(crate) fn park(&self, key: String, item: Parked) -> (u64, Option<Parked>) {
+    /// flushing task passes to [`flush`](Self::flush). A release parked under `key` before
+    /// (another guard of the directory dropped earlier in the same poll) is sent at once,
+    /// under the table's lock as `flush` sends. The item's own `Drop` must release it: an
+    /// item still parked when the session ends is dropped with the table.
+    pub(crate) fn park(&self, key: String, item: Parked) -> u64 {
         let ticket = self.shared.next_park.fetch_add(1, Ordering::Relaxed);
-        let before = self
-            .shared
-            .parked
-            .lock()
-            .unwrap()
-            .insert(key, (ticket, item));
-        (ticket, before.map(|(_, item)| item))
+        let mut parked = self.shared.parked.lock().unwrap();
+        drop(parked.insert(key, (ticket, item)));
+        ticket
     }
 
-    /// Takes back the release parked under `key`: the one of `ticket` only, or, without one,
-    /// whichever is there if `wanted` accepts it.
-    pub(crate) fn unpark(
-        &self,
-        key: &str,
-        ticket: Option<u64>,
-        wanted: impl FnOnce(&Parked) -> bool,
-    ) -> Option<Parked> {
+    /// Takes back the release parked under `key`, if `wanted` accepts it: for an acquire to
+    /// merge with its create, or to send first.
+    pub(crate) fn unpark(&self, key: &str, wanted: impl FnOnce(&Parked) -> bool) -> Option<Parked> {
         let mut parked = self.shared.parked.lock().unwrap();
-        let (t, item) = parked.get(key)?;
-        let take = match ticket {
-            Some(ticket) => *t == ticket,
-            None => wanted(item),
-        };
-        take.then(|| parked.remove(key).map(|(_, item)| item))
+        let (_, item) = parked.get(key)?;
+        wanted(item)
+            .then(|| parked.remove(key).map(|(_, item)| item))
             .flatten()
+    }
+
+    /// Sends the release parked under `key` with `ticket`, unless an acquire took it back.
+    /// It is dropped, and so queued on the session, under the table's lock: an acquire that
+    /// finds the table without it then sends its create after the release. Taken out first
+    /// and dropped after, the release could be queued behind the create and listing of an
+    /// acquire that looked in between, whose listing then showed the dropped guard's node (a
+    /// `try_lock` right after the drop answered `WouldBlock`).
+    pub(crate) fn flush(&self, key: &str, ticket: u64) {
+        let mut parked = self.shared.parked.lock().unwrap();
+        if parked.get(key).is_some_and(|(t, _)| *t == ticket) {
+            drop(parked.remove(key));
+        }
     }
 
     /// Whether `other` is a handle of this same session manager.
@@ -1358,6 +1364,18 @@ impl Session {
         } else {
             tracing::warn!("zk-recipes: a guard was dropped outside a tokio runtime; its node is released when the session ends");
         }
+    }
+
+    /// Like [`spawn_tracked`](Self::spawn_tracked), on the runtime the session was made on
+    /// (its supervisor's and its client's) whatever runtime the caller is on. From a task of
+    /// that runtime the new task still runs no sooner than the caller yields; from another
+    /// runtime it runs even if that one ends or is not driven again after the call (a sync
+    /// wrapper's `block_on`, a runtime shutting down), which a task spawned there would not.
+    pub(crate) fn spawn_tracked_at_home<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.shared.tracker.spawn_on(fut, &self.shared.home);
     }
 
     /// Like [`spawn_tracked`](Self::spawn_tracked), but polls `fut` once right here first, so

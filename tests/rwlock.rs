@@ -1006,3 +1006,39 @@ async fn a_dropped_guard_merges_with_the_next_acquire_of_its_kind_and_goes_first
     }
     s.close().await;
 }
+
+/// The read/write lock's other-kind order in the body of a multi-thread runtime's `block_on`,
+/// where the parked release's task runs beside the loop: a `try_read` right after a dropped
+/// write (and a `try_write` right after a dropped read) must find the dropped guard gone,
+/// whether the acquire takes the parked release and sends it first or the task has sent it
+/// already. Fails if the task takes the release out of the session's table and sends it only
+/// after: an acquire that looks in between sends its create and listing ahead of the release
+/// (`WouldBlock`, within a few hundred iterations of the spin sweep).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_of_the_other_kind_right_after_a_drop_in_a_block_on_body_finds_it_gone() {
+    let s = session().await;
+    let lock = RwLock::new(&s, unique_root("rw-drop-other-mt")).unwrap();
+    let mut read = bounded("try_read", lock.try_read()).await.unwrap();
+    for i in 0..1500u32 {
+        let wait = Duration::from_nanos(u64::from(i % 40) * 250);
+        let spin = |wait: Duration| {
+            let from = std::time::Instant::now();
+            while from.elapsed() < wait {
+                std::hint::spin_loop();
+            }
+        };
+        drop(read);
+        spin(wait);
+        let write = bounded("try_write after a dropped read", lock.try_write())
+            .await
+            .unwrap_or_else(|e| panic!("iteration {i} (spin {wait:?}): try_write: {e}"));
+        drop(write);
+        spin(wait);
+        read = bounded("try_read after a dropped write", lock.try_read())
+            .await
+            .unwrap_or_else(|e| panic!("iteration {i} (spin {wait:?}): try_read: {e}"));
+    }
+    read.release().await.unwrap();
+    assert!(lock.contenders().await.unwrap().is_empty());
+    s.close().await;
+}

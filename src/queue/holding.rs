@@ -214,7 +214,10 @@ impl Holding {
     /// request in its first poll, before any yield: so the loop merges, and a drop with no
     /// `lock()` after it sends its release at the dropping task's next await, a few
     /// microseconds later than before. (A task that blocks its thread after the drop holds
-    /// the release back with it, as it holds every task behind it.)
+    /// the release back with it until the thread is free, even on a multi-thread runtime: a
+    /// task spawned by a worker waits in that worker's LIFO slot, which other workers never
+    /// steal. A release sent at the drop did not wait; see the ignored test
+    /// `a_guard_dropped_before_its_worker_thread_blocks_is_released_meanwhile`.)
     ///
     /// Why it is safe: a merged `lock()` is a relock (`start_relock`: atomic, the new node
     /// queued at the back, every failure falling back to the plain retried release), except
@@ -230,7 +233,7 @@ impl Holding {
     /// an acquire to merge with its create or to send first (see
     /// [`with_merge`](Self::with_merge)).
     pub(crate) fn unpark(session: &Session, dir: &str) -> Option<Holding> {
-        let item = session.unpark(dir, None, |item| item.is::<Holding>())?;
+        let item = session.unpark(dir, |item| item.is::<Holding>())?;
         item.downcast::<Holding>().ok().map(|h| *h)
     }
 
@@ -732,19 +735,21 @@ impl Holding {
             lost_at_end: None,
         };
         self.released = true;
-        let (ticket, before) = self.session.park(dir.clone(), Box::new(parked));
-        // Another guard of the directory dropped earlier in the same poll: released now.
-        drop(before);
+        let ticket = self.session.park(dir.clone(), Box::new(parked));
         let session = self.session.clone();
-        self.session.spawn_tracked(async move {
+        // On the session's own runtime: a task spawned on the dropping thread's runtime never
+        // ran when that runtime ended, or was not driven again, right after the drop (a guard
+        // dropped in a sync wrapper's `block_on`, or by a task of a runtime shutting down),
+        // and the node, and the lock, stayed held for as long as the session lived.
+        self.session.spawn_tracked_at_home(async move {
             // Spawned from a runtime thread that is not one of its workers (the body of
-            // `block_on`, `#[tokio::main]`), this task may start on a worker at once, beside
-            // the task that dropped the guard: yielding twice first leaves that task the few
-            // microseconds it needs to reach its next `lock()`.
+            // `block_on`, `#[tokio::main]`, another runtime), this task may start on a worker
+            // at once, beside the task that dropped the guard: yielding twice first leaves
+            // that task the few microseconds it needs to reach its next `lock()`.
             for _ in 0..PARK_YIELDS {
                 tokio::task::yield_now().await;
             }
-            drop(session.unpark(&dir, Some(ticket), |_| false));
+            session.flush(&dir, ticket);
         });
         true
     }
