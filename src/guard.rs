@@ -19,9 +19,9 @@ use crate::queue::Holding;
 ///   [`FairLock::relock`](crate::FairLock::relock) does: the server writes and syncs its log
 ///   once per iteration instead of twice. Without such an acquire, the release goes out when
 ///   the dropping task next yields (an acquire of another kind, a read after a dropped write,
-///   sends it first). Other requests sent before that yield go out before the release, and a
-///   task that blocks its thread after the drop (a synchronous call) holds the release, and
-///   the lock, until the thread is free.
+///   sends it first), or a few milliseconds after the drop at the latest, even if the
+///   dropping task blocks its thread (a synchronous call). Other requests sent before that
+///   yield go out before the release.
 /// * [`lost`](Self::lost) resolves when the lock is lost while held: the session expired, the
 ///   [`LossPolicy`] gave up on the connection, or the node was deleted by someone else. It
 ///   cannot be missed: it resolves even if the loss happened before the call.

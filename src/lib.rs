@@ -73,6 +73,7 @@ pub mod error;
 mod guard;
 mod net;
 pub mod observe;
+mod parking;
 pub mod path;
 pub(crate) mod queue;
 pub mod session;

@@ -983,15 +983,12 @@ struct Shared {
     /// One async mutex per simple-lock path, see [`Session::serialize_path`].
     path_locks: Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
     /// Releases parked by dropped guards, one per directory, see [`Session::park`].
-    parked: Mutex<std::collections::HashMap<String, (u64, Parked)>>,
+    parked: Arc<crate::parking::Table>,
     /// The runtime the session was made on, which runs its supervisor and its client: where
-    /// a parked release's task runs, see [`Session::spawn_tracked_at_home`].
+    /// a parked release's flush task runs, and where work handed over outside any runtime
+    /// runs (see [`Session::spawn_tracked`]).
     home: tokio::runtime::Handle,
-    next_park: AtomicU64,
 }
-
-/// A parked release: the queue module's dropped holding, whose own `Drop` releases it.
-pub(crate) type Parked = Box<dyn std::any::Any + Send>;
 
 /// How many retired czxids a session remembers (see [`Session::unclaim`]): far more than the
 /// acquisitions one late read can span.
@@ -1093,8 +1090,7 @@ impl Session {
             shutdown: shutdown.clone(),
             claims: Mutex::new(Default::default()),
             path_locks: Mutex::new(Default::default()),
-            parked: Mutex::new(Default::default()),
-            next_park: AtomicU64::new(0),
+            parked: Default::default(),
             home: tokio::runtime::Handle::current(),
         });
         let epoch = shared.install(client, 1);
@@ -1311,42 +1307,25 @@ impl Session {
         mutex
     }
 
-    /// Parks the release of a dropped guard under `key` (its lock's directory) until the task
-    /// that dropped it next yields: a `lock()` on the same directory and session made before
-    /// then takes it back with [`unpark`](Self::unpark) and sends the release and its own
-    /// create in one transaction (see the queue's `Holding`). Returns the ticket that the
-    /// flushing task passes to [`flush`](Self::flush). A release parked under `key` before
-    /// (another guard of the directory dropped earlier in the same poll) is sent at once,
-    /// under the table's lock as `flush` sends. The item's own `Drop` must release it: an
-    /// item still parked when the session ends is dropped with the table.
-    pub(crate) fn park(&self, key: String, item: Parked) -> u64 {
-        let ticket = self.shared.next_park.fetch_add(1, Ordering::Relaxed);
-        let mut parked = self.shared.parked.lock().unwrap();
-        drop(parked.insert(key, (ticket, item)));
-        ticket
+    /// Parks the release of a dropped guard under `key` (its lock's directory), for an
+    /// acquire on the same directory and session made right after the drop to take back with
+    /// [`unpark`](Self::unpark) and send with its own create in one transaction (see the
+    /// queue's `Holding`). Sent when the dropping task next yields, or at the latest
+    /// [`DEADLINE`](crate::parking::DEADLINE) after the drop: see [`crate::parking`].
+    pub(crate) fn park(&self, key: String, item: crate::parking::Parked) {
+        self.shared
+            .parked
+            .park(key, item, &self.shared.home, &self.shared.tracker);
     }
 
     /// Takes back the release parked under `key`, if `wanted` accepts it: for an acquire to
     /// merge with its create, or to send first.
-    pub(crate) fn unpark(&self, key: &str, wanted: impl FnOnce(&Parked) -> bool) -> Option<Parked> {
-        let mut parked = self.shared.parked.lock().unwrap();
-        let (_, item) = parked.get(key)?;
-        wanted(item)
-            .then(|| parked.remove(key).map(|(_, item)| item))
-            .flatten()
-    }
-
-    /// Sends the release parked under `key` with `ticket`, unless an acquire took it back.
-    /// It is dropped, and so queued on the session, under the table's lock: an acquire that
-    /// finds the table without it then sends its create after the release. Taken out first
-    /// and dropped after, the release could be queued behind the create and listing of an
-    /// acquire that looked in between, whose listing then showed the dropped guard's node (a
-    /// `try_lock` right after the drop answered `WouldBlock`).
-    pub(crate) fn flush(&self, key: &str, ticket: u64) {
-        let mut parked = self.shared.parked.lock().unwrap();
-        if parked.get(key).is_some_and(|(t, _)| *t == ticket) {
-            drop(parked.remove(key));
-        }
+    pub(crate) fn unpark(
+        &self,
+        key: &str,
+        wanted: impl FnOnce(&crate::parking::Parked) -> bool,
+    ) -> Option<crate::parking::Parked> {
+        self.shared.parked.unpark(key, wanted)
     }
 
     /// Whether `other` is a handle of this same session manager.
@@ -1354,28 +1333,17 @@ impl Session {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it.
+    /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it: on
+    /// the caller's runtime, or, outside any (a guard dropped on a plain thread, or by the
+    /// deadline thread of [`crate::parking`]), on the runtime the session was made on.
     pub(crate) fn spawn_tracked<F>(&self, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            self.shared.tracker.spawn_on(fut, &handle);
-        } else {
-            tracing::warn!("zk-recipes: a guard was dropped outside a tokio runtime; its node is released when the session ends");
-        }
-    }
-
-    /// Like [`spawn_tracked`](Self::spawn_tracked), on the runtime the session was made on
-    /// (its supervisor's and its client's) whatever runtime the caller is on. From a task of
-    /// that runtime the new task still runs no sooner than the caller yields; from another
-    /// runtime it runs even if that one ends or is not driven again after the call (a sync
-    /// wrapper's `block_on`, a runtime shutting down), which a task spawned there would not.
-    pub(crate) fn spawn_tracked_at_home<F>(&self, fut: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        self.shared.tracker.spawn_on(fut, &self.shared.home);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => self.shared.tracker.spawn_on(fut, &handle),
+            Err(_) => self.shared.tracker.spawn_on(fut, &self.shared.home),
+        };
     }
 
     /// Like [`spawn_tracked`](Self::spawn_tracked), but polls `fut` once right here first, so
@@ -1385,12 +1353,15 @@ impl Session {
     /// release ordered before that acquire's create (see `Holding::start_release`). Polling
     /// with a no-op waker is sound: the spawned task polls again, and every future registers
     /// its waker on each poll.
+    /// Outside any runtime it is polled, and then runs, inside the runtime the session was
+    /// made on.
     pub(crate) fn spawn_tracked_sent<F>(&self, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return self.spawn_tracked(fut);
+        let (handle, _entered) = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => (handle, None),
+            Err(_) => (self.shared.home.clone(), Some(self.shared.home.enter())),
         };
         let mut fut = Box::pin(fut);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

@@ -4,7 +4,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::zk::{raw, session, session_via_proxy};
+use support::zk::{children, raw, session, session_via_proxy};
 
 use zk_recipes::testing::{shared_server, unique_root};
 use zk_recipes::{
@@ -344,21 +344,30 @@ async fn suspend_and_expiry_policies() {
     lax.close().await;
 }
 
-/// A guard dropped outside any runtime must not panic.
+/// A guard dropped outside any runtime must not panic, and its node is released while the
+/// session lives: the release runs on the session's own runtime. (It used to be left for
+/// the session's end, with a warning.)
 #[test]
-fn guard_drop_outside_runtime_does_not_panic() {
+fn guard_drop_outside_runtime_does_not_panic_and_releases() {
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = unique_root("offrt");
     let (s, g) = rt.block_on(async {
         let s = session().await;
-        let g = FairLock::new(&s, unique_root("offrt"))
-            .unwrap()
-            .lock()
-            .await
-            .unwrap();
+        let g = FairLock::new(&s, &root).unwrap().lock().await.unwrap();
         (s, g)
     });
     std::thread::spawn(move || drop(g))
         .join()
         .expect("dropping a guard off the runtime panicked");
-    rt.block_on(s.close());
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !children(&root).await.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the node of a guard dropped outside any runtime was still there after 5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        s.close().await;
+    });
 }

@@ -208,16 +208,16 @@ impl Holding {
     /// work, drop the guard, lock), which then sends both in one transaction, as
     /// [`relock`](super::relock) does: one log write and sync per iteration instead of two.
     ///
-    /// How: the drop parks the release in the session ([`Session::park`]) and spawns a task
-    /// that releases it unless a `lock()` took it back first. A task spawned from a tokio
-    /// task runs no sooner than that task yields, and a loop's next `lock()` sends its first
-    /// request in its first poll, before any yield: so the loop merges, and a drop with no
-    /// `lock()` after it sends its release at the dropping task's next await, a few
-    /// microseconds later than before. (A task that blocks its thread after the drop holds
-    /// the release back with it until the thread is free, even on a multi-thread runtime: a
-    /// task spawned by a worker waits in that worker's LIFO slot, which other workers never
-    /// steal. A release sent at the drop did not wait; see the ignored test
-    /// `a_guard_dropped_before_its_worker_thread_blocks_is_released_meanwhile`.)
+    /// How: the drop parks the release in the session ([`Session::park`], see
+    /// [`crate::parking`]), whose flush task releases it unless a `lock()` took it back
+    /// first. A task spawned from a tokio task runs no sooner than that task yields, and a
+    /// loop's next `lock()` sends its first request in its first poll, before any yield: so
+    /// the loop merges, and a drop with no `lock()` after it sends its release at the
+    /// dropping task's next await, a few microseconds later than before. A task that blocks
+    /// its thread after the drop would hold the flush task back with it (it waits in that
+    /// worker's LIFO slot, which other workers never steal): the session's deadline thread
+    /// then sends the release, [`DEADLINE`](crate::parking::DEADLINE) after the drop at the
+    /// latest.
     ///
     /// Why it is safe: a merged `lock()` is a relock (`start_relock`: atomic, the new node
     /// queued at the back, every failure falling back to the plain retried release), except
@@ -699,9 +699,9 @@ impl Drop for Holding {
 
 impl Holding {
     /// Parks our release in the session for a `lock()` to merge (see `with_merge`): moves
-    /// this holding's state into a parked one, whose own drop releases the node, and spawns
-    /// the task that drops it unless a `lock()` took it back first. False (nothing moved)
-    /// outside a tokio runtime.
+    /// this holding's state into a parked one, whose own drop releases the node, and which
+    /// the session drops unless a `lock()` takes it back first. False (nothing moved)
+    /// outside a tokio runtime, where no `lock()` follows in the same poll.
     fn park(&mut self) -> bool {
         if tokio::runtime::Handle::try_current().is_err() {
             return false;
@@ -735,29 +735,10 @@ impl Holding {
             lost_at_end: None,
         };
         self.released = true;
-        let ticket = self.session.park(dir.clone(), Box::new(parked));
-        let session = self.session.clone();
-        // On the session's own runtime: a task spawned on the dropping thread's runtime never
-        // ran when that runtime ended, or was not driven again, right after the drop (a guard
-        // dropped in a sync wrapper's `block_on`, or by a task of a runtime shutting down),
-        // and the node, and the lock, stayed held for as long as the session lived.
-        self.session.spawn_tracked_at_home(async move {
-            // Spawned from a runtime thread that is not one of its workers (the body of
-            // `block_on`, `#[tokio::main]`, another runtime), this task may start on a worker
-            // at once, beside the task that dropped the guard: yielding twice first leaves
-            // that task the few microseconds it needs to reach its next `lock()`.
-            for _ in 0..PARK_YIELDS {
-                tokio::task::yield_now().await;
-            }
-            session.flush(&dir, ticket);
-        });
+        self.session.park(dir, Box::new(parked));
         true
     }
 }
-
-/// How many times a parked release's task yields before it sends the release (see
-/// `Holding::park`).
-const PARK_YIELDS: usize = 2;
 
 /// What arming the own-node watch found.
 pub(crate) enum Checked {

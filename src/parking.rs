@@ -1,0 +1,194 @@
+//! Releases parked by dropped guards, for a merge with the next acquire (see the queue's
+//! `Holding::with_merge`).
+//!
+//! A dropped fair-lock or read/write guard does not send its release at once: it parks it
+//! here, one slot per lock directory of a session, so that an acquire of the same kind made
+//! right after the drop (a worker loop: lock, work, drop the guard, lock) takes it back and
+//! sends it with its own create in one transaction. Two things send a release that nobody
+//! took back:
+//!
+//! * **the flush task**, spawned by the drop on the session's own runtime: it yields twice,
+//!   which leaves the dropping task the few microseconds it needs to reach its next acquire,
+//!   then sends the release; and
+//! * **the deadline thread**, at the latest [`DEADLINE`] after the drop, whatever the
+//!   dropping thread does meanwhile. A task spawned from a multi-thread runtime's worker waits
+//!   in that worker's LIFO slot, which no other worker steals: a task that blocks its thread
+//!   right after the drop (any synchronous call) held the flush task, and so the lock, for as
+//!   long as it blocked, and forever if the call waited for something that needed the lock.
+//!   The deadline thread is a plain thread of this process, which no runtime schedules.
+//!
+//! Whoever sends it, a release is sent under the table's lock (its holding is dropped there,
+//! which queues the release on the session), so an acquire that finds the slot empty sends
+//! its create after the release, never before it.
+
+use std::any::Any;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// A parked release: the queue module's dropped holding, whose own `Drop` releases it.
+pub(crate) type Parked = Box<dyn Any + Send>;
+
+/// How long a parked release waits at most, whatever the dropping thread does. The deadline
+/// thread sends every release parked at least half as long when it wakes, so a worker loop's
+/// many drops cost it one wake-up per millisecond, not one per drop.
+pub(crate) const DEADLINE: Duration = Duration::from_millis(2);
+
+/// How many times the flush task yields before it sends the release.
+const FLUSH_YIELDS: usize = 2;
+
+/// The parked releases of one session, by lock directory.
+#[derive(Default)]
+pub(crate) struct Table {
+    slots: Mutex<HashMap<String, (u64, Parked)>>,
+    next_ticket: AtomicU64,
+}
+
+impl Table {
+    /// Parks `item` under `key` (its lock's directory) until an acquire takes it back
+    /// ([`unpark`](Self::unpark)), the flush task runs on `home`, or the [`DEADLINE`] passes.
+    /// A release parked under `key` before (another guard of the directory dropped earlier in
+    /// the same poll) is sent at once, under the lock. The item's own `Drop` must release it:
+    /// an item still parked when the session ends is dropped with the table.
+    pub(crate) fn park(
+        self: &Arc<Table>,
+        key: String,
+        item: Parked,
+        home: &tokio::runtime::Handle,
+        tracker: &tokio_util::task::TaskTracker,
+    ) {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        drop(
+            self.slots
+                .lock()
+                .unwrap()
+                .insert(key.clone(), (ticket, item)),
+        );
+        deadlines::add(Arc::downgrade(self), key.clone(), ticket);
+        let table = self.clone();
+        // On the session's own runtime: a task spawned on the dropping thread's runtime never
+        // ran when that runtime ended, or was not driven again, right after the drop (a guard
+        // dropped in a sync wrapper's `block_on`, or by a task of a runtime shutting down).
+        tracker.spawn_on(
+            async move {
+                // Spawned from a thread that is not one of the runtime's workers (the body of
+                // `block_on`, `#[tokio::main]`, another runtime), this task may start on a
+                // worker at once, beside the task that dropped the guard.
+                for _ in 0..FLUSH_YIELDS {
+                    tokio::task::yield_now().await;
+                }
+                table.flush(&key, ticket);
+            },
+            home,
+        );
+    }
+
+    /// Takes back the release parked under `key`, if `wanted` accepts it: for an acquire to
+    /// merge with its create, or to send first.
+    pub(crate) fn unpark(&self, key: &str, wanted: impl FnOnce(&Parked) -> bool) -> Option<Parked> {
+        let mut slots = self.slots.lock().unwrap();
+        let (_, item) = slots.get(key)?;
+        wanted(item)
+            .then(|| slots.remove(key).map(|(_, item)| item))
+            .flatten()
+    }
+
+    /// Sends the release parked under `key` with `ticket`, unless it was taken back or sent
+    /// already. It is dropped, and so queued on the session, under the lock: taken out first
+    /// and dropped after, it could be queued behind the create and listing of an acquire that
+    /// looked in between, whose listing then showed the dropped guard's node (a `try_lock`
+    /// right after the drop answered `WouldBlock`).
+    fn flush(&self, key: &str, ticket: u64) {
+        let mut slots = self.slots.lock().unwrap();
+        if slots.get(key).is_some_and(|(t, _)| *t == ticket) {
+            drop(slots.remove(key));
+        }
+    }
+}
+
+/// The deadline thread and its queue, one for the process.
+mod deadlines {
+    use super::*;
+
+    /// A parked release and when it was parked.
+    struct Due {
+        parked: Instant,
+        table: Weak<Table>,
+        key: String,
+        ticket: u64,
+    }
+
+    /// In parking order, which is deadline order (one deadline for all).
+    static QUEUE: Mutex<VecDeque<Due>> = Mutex::new(VecDeque::new());
+    static WAKE: Condvar = Condvar::new();
+    /// Whether the thread runs (it is started by the first park).
+    static RUNNING: OnceLock<bool> = OnceLock::new();
+
+    /// Hands a parked release to the deadline thread.
+    pub(super) fn add(table: Weak<Table>, key: String, ticket: u64) {
+        let running = *RUNNING.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("zk-recipes-parked".into())
+                .spawn(run)
+                .map_err(|err| {
+                    tracing::error!(%err, "zk-recipes: cannot start the thread that bounds how long a dropped guard's release waits; it waits for the dropping thread instead")
+                })
+                .is_ok()
+        });
+        if !running {
+            return;
+        }
+        let mut queue = QUEUE.lock().unwrap();
+        let was_empty = queue.is_empty();
+        queue.push_back(Due {
+            parked: Instant::now(),
+            table,
+            key,
+            ticket,
+        });
+        drop(queue);
+        // Otherwise the thread already sleeps until an earlier deadline.
+        if was_empty {
+            WAKE.notify_one();
+        }
+    }
+
+    fn run() {
+        let mut queue = QUEUE.lock().unwrap();
+        loop {
+            let Some(first) = queue.front().map(|d| d.parked) else {
+                queue = WAKE.wait(queue).unwrap();
+                continue;
+            };
+            let now = Instant::now();
+            let due = first + DEADLINE;
+            if due > now {
+                queue = WAKE.wait_timeout(queue, due - now).unwrap().0;
+                continue;
+            }
+            let ripe_since = now.checked_sub(DEADLINE / 2).unwrap_or(now);
+            let mut ripe = Vec::new();
+            while queue.front().is_some_and(|d| d.parked <= ripe_since) {
+                ripe.extend(queue.pop_front());
+            }
+            drop(queue);
+            for d in ripe {
+                if let Some(table) = d.table.upgrade() {
+                    // Most were sent or taken back long ago. A panic in a release must not
+                    // take the thread, and every later deadline, with it.
+                    let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        table.flush(&d.key, d.ticket)
+                    }));
+                    if sent.is_err() {
+                        tracing::error!(
+                            dir = d.key,
+                            "zk-recipes: sending a parked release panicked"
+                        );
+                    }
+                }
+            }
+            queue = QUEUE.lock().unwrap();
+        }
+    }
+}
