@@ -1354,13 +1354,19 @@ impl Session {
     /// with a no-op waker is sound: the spawned task polls again, and every future registers
     /// its waker on each poll.
     /// Outside any runtime it is polled, and then runs, inside the runtime the session was
-    /// made on.
+    /// made on. On a thread whose tokio context is destroyed already (a guard dropped by a
+    /// thread-local's destructor as its thread exits) no runtime can be entered (`enter`
+    /// panics there, and a panic in a thread-local's destructor aborts the process): the
+    /// first poll then runs outside any, which it can (it queues requests and polls join
+    /// handles and a tokio mutex, none of which needs a runtime context), and the task runs
+    /// at home.
     pub(crate) fn spawn_tracked_sent<F>(&self, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
         let (handle, _entered) = match tokio::runtime::Handle::try_current() {
             Ok(handle) => (handle, None),
+            Err(err) if err.is_thread_local_destroyed() => (self.shared.home.clone(), None),
             Err(_) => (self.shared.home.clone(), Some(self.shared.home.enter())),
         };
         let mut fut = Box::pin(fut);
