@@ -1590,3 +1590,50 @@ async fn a_try_lock_right_after_a_drop_in_a_block_on_body_finds_the_lock_free() 
     assert!(children(&root).await.is_empty());
     s.close().await;
 }
+
+/// The guard's docs promise that a dropped guard's release goes out a few milliseconds after
+/// the drop at the latest, "even if the dropping task blocks its thread". Here the session
+/// lives on a current-thread runtime (`#[tokio::test]`, `#[tokio::main(flavor =
+/// "current_thread")]`), and the task that drops the guard then blocks that thread, waiting
+/// (up to 3 s) for news that a waiter of another session, on a runtime and thread of its own,
+/// got the lock. The release is queued on the session by the deadline thread, but the
+/// session's client runs on the blocked thread: nothing goes out until the server expires the
+/// session (the waiter gives up after 3 s: `Err(Timeout)`). The same before the merged drop
+/// (3ae18e4), whose release was queued at the drop: a limitation of a current-thread runtime,
+/// which the docs now state, not a regression. Open: ignored (run it with `--ignored`).
+#[ignore = "open: a current-thread runtime blocked after a drop holds the session's client, and the release, with it"]
+#[tokio::test]
+async fn a_guard_dropped_before_a_current_thread_runtime_blocks_is_released_meanwhile() {
+    let root = unique_root("drop-then-block-ct");
+    let a = session().await;
+    let g = FairLock::new(&a, &root).unwrap().lock().await.unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let b = session().await;
+                let lock_b = FairLock::new(&b, &root).unwrap();
+                let granted = lock_b.lock_timeout(Duration::from_secs(8)).await;
+                let _ = tx.send(granted.is_ok());
+                if let Ok(g) = granted {
+                    g.release().await.unwrap();
+                }
+                b.close().await;
+            })
+        })
+    };
+    while children(&root).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(g);
+    let heard = rx.recv_timeout(Duration::from_secs(3));
+    waiter.join().unwrap();
+    assert_eq!(
+        heard,
+        Ok(true),
+        "the waiter was not granted while the dropping task's (current-thread) runtime was blocked"
+    );
+    a.close().await;
+}
