@@ -1637,3 +1637,46 @@ async fn a_guard_dropped_before_a_current_thread_runtime_blocks_is_released_mean
     );
     a.close().await;
 }
+
+/// CPU time (user + system, in clock ticks) of this process's threads named `name` (as
+/// `/proc` shows it: the first 15 bytes).
+#[cfg(target_os = "linux")]
+fn thread_ticks(name: &str) -> Option<u64> {
+    let mut found = None;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = task.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // After the command name in parentheses: fields 3.. ; utime and stime are 14 and 15.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let ticks = fields[11].parse::<u64>().ok()? + fields[12].parse::<u64>().ok()?;
+        *found.get_or_insert(0) += ticks;
+    }
+    found
+}
+
+/// The deadline thread of parked releases sleeps while nothing is parked: after a burst of
+/// dropped guards, it uses no CPU over two idle seconds.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_thread_uses_no_cpu_when_idle() {
+    let s = session().await;
+    let lock = FairLock::new(&s, unique_root("deadline-idle")).unwrap();
+    for _ in 0..200 {
+        drop(lock.lock().await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = thread_ticks("zk-recipes-park").expect("the deadline thread runs");
+    std::thread::sleep(Duration::from_secs(2));
+    let after = thread_ticks("zk-recipes-park").unwrap();
+    assert!(
+        after - before <= 1,
+        "the deadline thread used {} ticks in 2 idle seconds",
+        after - before
+    );
+    s.close().await;
+}
