@@ -1680,3 +1680,102 @@ async fn the_deadline_thread_uses_no_cpu_when_idle() {
     );
     s.close().await;
 }
+
+/// A relock's new node deleted by an administrator after the transaction that made it and
+/// before the relock read it (ZooKeeper 3.8 answers the transaction without the node's stat,
+/// so the first read of the node supplies its fencing token): the relock must not take a
+/// node that is not there, nor any other node, for its own. It queues again at the back and is
+/// granted on a node of its own, with a token above the deleted one's, and leaves nothing else
+/// behind. Uncontended (the read comes just before the grant, request 3) and behind a waiter
+/// (the read goes with the watch on the waiter, requests 3 and 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relocks_new_node_deleted_before_it_is_read_is_not_taken() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    for contended in [false, true] {
+        let root = unique_root("relock-deleted-unread");
+        let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+        let b = session().await;
+        let lock_a = FairLock::new(&a, &root).unwrap();
+        let ga = lock_a.lock().await.unwrap();
+        let old_name = ga.path().rsplit('/').next().unwrap().to_string();
+        let waiter = contended.then(|| {
+            let lock_b = FairLock::new(&b, &root).unwrap();
+            tokio::spawn(async move { lock_b.lock().await })
+        });
+        while children(&root).await.len() < 1 + usize::from(contended) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stall = Duration::from_millis(800);
+        proxy.arm(Fault::new(
+            FaultPoint::BeforeRequest(3),
+            FaultAction::Stall(stall),
+        ));
+        let relock = {
+            let lock_a = lock_a.clone();
+            tokio::spawn(async move { lock_a.relock(ga).await })
+        };
+        // The transaction and the listing went through: the old node is gone, the new one
+        // queued. Delete the new one before its read reaches the server.
+        let admin = raw().await;
+        let sent = std::time::Instant::now();
+        let deleted = loop {
+            let names = children(&root).await;
+            if !names.contains(&old_name) {
+                break names;
+            }
+            assert!(sent.elapsed() < stall, "the transaction did not go through");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        // The newest node is ours (the waiter's is older).
+        let newest = deleted
+            .iter()
+            .max_by_key(|n| sequence_of(n))
+            .unwrap()
+            .clone();
+        let stat = admin
+            .check_stat(&format!("{root}/{newest}"))
+            .await
+            .unwrap()
+            .expect("our new node");
+        assert_eq!(stat.ephemeral_owner, a.session_id().unwrap());
+        admin
+            .delete(&format!("{root}/{newest}"), None)
+            .await
+            .expect("admin delete");
+        assert!(
+            sent.elapsed() < stall,
+            "deleted after the stall: proves nothing"
+        );
+        if let Some(waiter) = waiter {
+            let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+                .await
+                .expect("the waiter was not granted")
+                .unwrap()
+                .unwrap();
+            tokio::time::sleep(stall).await;
+            assert!(!relock.is_finished(), "relock granted while B holds");
+            gb.release().await.unwrap();
+        }
+        let ga = tokio::time::timeout(Duration::from_secs(10), relock)
+            .await
+            .expect("the relock hung")
+            .unwrap()
+            .expect("the relock queues again");
+        assert!(
+            !ga.path().ends_with(&newest),
+            "granted on the deleted node (contended: {contended})"
+        );
+        assert!(
+            ga.fencing_token() > stat.czxid,
+            "token {} not above the deleted node's {}",
+            ga.fencing_token(),
+            stat.czxid
+        );
+        assert!(!ga.is_lost(), "granted lost");
+        assert_only_node(&root, ga.path(), "after the relock").await;
+        ga.release().await.unwrap();
+        a.close().await;
+        b.close().await;
+    }
+}
