@@ -1779,3 +1779,98 @@ async fn a_relocks_new_node_deleted_before_it_is_read_is_not_taken() {
         b.close().await;
     }
 }
+
+/// The children of `root` whose node `session_id` owns.
+async fn owned_by(root: &str, session_id: i64) -> Vec<String> {
+    let admin = raw().await;
+    let mut owned = Vec::new();
+    for name in children(root).await {
+        if let Ok(Some(stat)) = admin.check_stat(&format!("{root}/{name}")).await {
+            if stat.ephemeral_owner == session_id {
+                owned.push(name);
+            }
+        }
+    }
+    owned
+}
+
+/// An acquire cancelled from outside (its future dropped: a `tokio::time::timeout` around
+/// `lock()`) in another runtime than its session's, one that runs no task after the
+/// cancellation (given `how`: a sync wrapper's `block_on` whose runtime is dropped or kept
+/// idle after, or a runtime shutting down under the waiting task), while a holder of another
+/// session holds the lock: its node must go all the same. Otherwise it takes the lock when
+/// the holder releases, and holds it, for nobody, for as long as the session lives: a third
+/// contender is never granted.
+async fn an_acquire_cancelled_in_another_runtime_leaves_no_node(how: OtherRuntime) {
+    let root = unique_root("cancel-other-runtime");
+    let (a, b, c) = (session().await, session().await, session().await);
+    let held = FairLock::new(&b, &root).unwrap().lock().await.unwrap();
+    let lock_a = FairLock::new(&a, &root).unwrap();
+    let kept = std::thread::spawn(move || match how {
+        OtherRuntime::BlockOn | OtherRuntime::Idle => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let cancelled = rt.block_on(async move {
+                tokio::time::timeout(Duration::from_millis(300), lock_a.lock())
+                    .await
+                    .is_err()
+            });
+            assert!(cancelled, "granted while another session holds the lock");
+            matches!(how, OtherRuntime::Idle).then_some(rt)
+        }
+        OtherRuntime::Shutdown => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.spawn(async move {
+                let _granted = lock_a.lock().await;
+                std::future::pending::<()>().await
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            drop(rt);
+            None
+        }
+    })
+    .join()
+    .unwrap();
+    held.release().await.unwrap();
+    let gc = match FairLock::new(&c, &root)
+        .unwrap()
+        .lock_timeout(Duration::from_secs(5))
+        .await
+    {
+        Ok(gc) => gc,
+        Err(e) => panic!(
+            "a third contender was not granted within 5 s after the holder released ({e}); \
+             left: {:?}, of which {:#x} (the cancelled acquire's session) owns {:?}",
+            children(&root).await,
+            a.session_id().unwrap(),
+            owned_by(&root, a.session_id().unwrap()).await
+        ),
+    };
+    assert_only_node(&root, gc.path(), "the third contender's node only").await;
+    gc.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+    c.close().await;
+    std::thread::spawn(move || drop(kept)).join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_in_a_block_on_of_a_runtime_dropped_after_leaves_no_node() {
+    an_acquire_cancelled_in_another_runtime_leaves_no_node(OtherRuntime::BlockOn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_of_a_task_of_a_runtime_shut_down_leaves_no_node() {
+    an_acquire_cancelled_in_another_runtime_leaves_no_node(OtherRuntime::Shutdown).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_in_a_block_on_of_a_runtime_not_driven_again_leaves_no_node() {
+    an_acquire_cancelled_in_another_runtime_leaves_no_node(OtherRuntime::Idle).await;
+}
