@@ -1874,3 +1874,52 @@ async fn an_acquire_of_a_task_of_a_runtime_shut_down_leaves_no_node() {
 async fn an_acquire_cancelled_in_a_block_on_of_a_runtime_not_driven_again_leaves_no_node() {
     an_acquire_cancelled_in_another_runtime_leaves_no_node(OtherRuntime::Idle).await;
 }
+
+/// A guard acquired in another runtime than its session's, one that runs no task after the
+/// grant (a sync wrapper's `block_on`, its runtime dropped or kept idle after), and then used
+/// on the session's runtime: `lost()` must still fire when its node goes (an administrator
+/// deletes it). It is the guard's own promise (the type's docs: it "resolves when the lock is
+/// lost while held ... or the node was deleted by someone else"), and a holder not told keeps
+/// writing under a lock someone else may hold.
+async fn a_guard_acquired_in_another_runtime_is_told_of_its_loss(how: OtherRuntime) {
+    let root = unique_root("lost-other-runtime");
+    let a = session().await;
+    let lock = FairLock::new(&a, &root).unwrap();
+    let (g, kept) = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let g = rt.block_on(lock.lock()).expect("lock");
+        (g, matches!(how, OtherRuntime::Idle).then_some(rt))
+    })
+    .join()
+    .unwrap();
+    // Time for the guard's watch on its own node to be armed, wherever it runs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    raw()
+        .await
+        .delete(g.path(), None)
+        .await
+        .expect("admin delete");
+    let told = tokio::time::timeout(Duration::from_secs(5), g.lost()).await;
+    assert!(
+        told.is_ok(),
+        "lost() had not fired 5 s after the guard's node was deleted (is_lost: {})",
+        g.is_lost()
+    );
+    assert_eq!(g.loss_reason(), Some(LossReason::NodeDeleted));
+    drop(g);
+    a.close().await;
+    std::thread::spawn(move || drop(kept)).join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_acquired_in_a_block_on_of_a_runtime_dropped_after_is_told_of_its_loss() {
+    a_guard_acquired_in_another_runtime_is_told_of_its_loss(OtherRuntime::BlockOn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_acquired_in_a_block_on_of_a_runtime_not_driven_again_is_told_of_its_loss() {
+    a_guard_acquired_in_another_runtime_is_told_of_its_loss(OtherRuntime::Idle).await;
+}
