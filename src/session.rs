@@ -1347,6 +1347,19 @@ impl Session {
         self.shared.tracker.spawn_on(fut, &self.shared.home);
     }
 
+    /// Runs `fut` on the runtime the session was made on, untracked, as
+    /// [`spawn_tracked`](Self::spawn_tracked) does for the same reason: for what a guard
+    /// watches while it is held (its own node, a revocation request). On the runtime that
+    /// granted the guard it stopped for good if that runtime ended, or was not driven again,
+    /// after the grant (a sync wrapper's `block_on`): the guard was never told of its loss.
+    pub(crate) fn spawn_at_home<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.shared.home.spawn(fut)
+    }
+
     /// Like [`spawn_tracked`](Self::spawn_tracked), but polls `fut` once right here first, so
     /// that the requests it sends before its first await that waits (a queue node's release
     /// write; the simple lock's read) are queued on the session before anything the caller
