@@ -20,8 +20,10 @@ use crate::queue::Holding;
 ///   once per iteration instead of twice. Without such an acquire, the release goes out when
 ///   the dropping task next yields (an acquire of another kind, a read after a dropped write,
 ///   sends it first), or a few milliseconds after the drop at the latest, even if the
-///   dropping task blocks its thread (a synchronous call). Other requests sent before that
-///   yield go out before the release.
+///   dropping task blocks its thread (a synchronous call), as long as another thread of the
+///   session's runtime can run its client: on a current-thread runtime nothing of the
+///   session's goes out while that thread is blocked, this release included. Other requests
+///   sent before that yield go out before the release.
 /// * [`lost`](Self::lost) resolves when the lock is lost while held: the session expired, the
 ///   [`LossPolicy`] gave up on the connection, or the node was deleted by someone else. It
 ///   cannot be missed: it resolves even if the loss happened before the call.

@@ -985,8 +985,8 @@ struct Shared {
     /// Releases parked by dropped guards, one per directory, see [`Session::park`].
     parked: Arc<crate::parking::Table>,
     /// The runtime the session was made on, which runs its supervisor and its client: where
-    /// a parked release's flush task runs, and where work handed over outside any runtime
-    /// runs (see [`Session::spawn_tracked`]).
+    /// a parked release's flush task runs, and every task the session tracks (see
+    /// [`Session::spawn_tracked`]).
     home: tokio::runtime::Handle,
 }
 
@@ -1333,17 +1333,31 @@ impl Session {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it: on
-    /// the caller's runtime, or, outside any (a guard dropped on a plain thread, or by the
-    /// deadline thread of [`crate::parking`]), on the runtime the session was made on.
+    /// Runs `fut` in the background, tracked so that [`close`](Self::close) waits for it, on
+    /// the runtime the session was made on, whatever runtime the caller is on (if any): that
+    /// runtime runs the session's supervisor and client, so the task runs whenever the session
+    /// can send at all. On the caller's runtime it would not run if that runtime ended, or
+    /// was not driven again, right after the call (a `lock()` cancelled in a sync wrapper's
+    /// `block_on`, a task of a runtime shutting down): the cancelled acquire's node stayed,
+    /// and took the lock when its turn came, for as long as the session lived.
     pub(crate) fn spawn_tracked<F>(&self, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => self.shared.tracker.spawn_on(fut, &handle),
-            Err(_) => self.shared.tracker.spawn_on(fut, &self.shared.home),
-        };
+        self.shared.tracker.spawn_on(fut, &self.shared.home);
+    }
+
+    /// Runs `fut` on the runtime the session was made on, untracked, as
+    /// [`spawn_tracked`](Self::spawn_tracked) does for the same reason: for what a guard
+    /// watches while it is held (its own node, a revocation request). On the runtime that
+    /// granted the guard it stopped for good if that runtime ended, or was not driven again,
+    /// after the grant (a sync wrapper's `block_on`): the guard was never told of its loss.
+    pub(crate) fn spawn_at_home<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.shared.home.spawn(fut)
     }
 
     /// Like [`spawn_tracked`](Self::spawn_tracked), but polls `fut` once right here first, so
@@ -1353,20 +1367,26 @@ impl Session {
     /// release ordered before that acquire's create (see `Holding::start_release`). Polling
     /// with a no-op waker is sound: the spawned task polls again, and every future registers
     /// its waker on each poll.
-    /// Outside any runtime it is polled, and then runs, inside the runtime the session was
-    /// made on.
+    /// The task then runs on the session's own runtime, as `spawn_tracked`'s does. Outside
+    /// any runtime the first poll runs inside that runtime too; on a thread whose tokio
+    /// context is destroyed already (a guard dropped by a thread-local's destructor as its
+    /// thread exits) no runtime can be entered (`enter` panics there, and a panic in a
+    /// thread-local's destructor aborts the process): the first poll then runs outside any,
+    /// which it can (it queues requests and polls join handles and a tokio mutex, none of
+    /// which needs a runtime context).
     pub(crate) fn spawn_tracked_sent<F>(&self, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let (handle, _entered) = match tokio::runtime::Handle::try_current() {
-            Ok(handle) => (handle, None),
-            Err(_) => (self.shared.home.clone(), Some(self.shared.home.enter())),
+        let _entered = match tokio::runtime::Handle::try_current() {
+            Ok(_) => None,
+            Err(err) if err.is_thread_local_destroyed() => None,
+            Err(_) => Some(self.shared.home.enter()),
         };
         let mut fut = Box::pin(fut);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if fut.as_mut().poll(&mut cx).is_pending() {
-            self.shared.tracker.spawn_on(fut, &handle);
+            self.spawn_tracked(fut);
         }
     }
 

@@ -1590,3 +1590,336 @@ async fn a_try_lock_right_after_a_drop_in_a_block_on_body_finds_the_lock_free() 
     assert!(children(&root).await.is_empty());
     s.close().await;
 }
+
+/// The guard's docs promise that a dropped guard's release goes out a few milliseconds after
+/// the drop at the latest, "even if the dropping task blocks its thread". Here the session
+/// lives on a current-thread runtime (`#[tokio::test]`, `#[tokio::main(flavor =
+/// "current_thread")]`), and the task that drops the guard then blocks that thread, waiting
+/// (up to 3 s) for news that a waiter of another session, on a runtime and thread of its own,
+/// got the lock. The release is queued on the session by the deadline thread, but the
+/// session's client runs on the blocked thread: nothing goes out until the server expires the
+/// session (the waiter gives up after 3 s: `Err(Timeout)`). The same before the merged drop
+/// (3ae18e4), whose release was queued at the drop: a limitation of a current-thread runtime,
+/// which the docs now state, not a regression. Open: ignored (run it with `--ignored`).
+#[ignore = "open: a current-thread runtime blocked after a drop holds the session's client, and the release, with it"]
+#[tokio::test]
+async fn a_guard_dropped_before_a_current_thread_runtime_blocks_is_released_meanwhile() {
+    let root = unique_root("drop-then-block-ct");
+    let a = session().await;
+    let g = FairLock::new(&a, &root).unwrap().lock().await.unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let b = session().await;
+                let lock_b = FairLock::new(&b, &root).unwrap();
+                let granted = lock_b.lock_timeout(Duration::from_secs(8)).await;
+                let _ = tx.send(granted.is_ok());
+                if let Ok(g) = granted {
+                    g.release().await.unwrap();
+                }
+                b.close().await;
+            })
+        })
+    };
+    while children(&root).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(g);
+    let heard = rx.recv_timeout(Duration::from_secs(3));
+    waiter.join().unwrap();
+    assert_eq!(
+        heard,
+        Ok(true),
+        "the waiter was not granted while the dropping task's (current-thread) runtime was blocked"
+    );
+    a.close().await;
+}
+
+/// CPU time (user + system, in clock ticks) of this process's threads named `name` (as
+/// `/proc` shows it: the first 15 bytes).
+#[cfg(target_os = "linux")]
+fn thread_ticks(name: &str) -> Option<u64> {
+    let mut found = None;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = task.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // After the command name in parentheses: fields 3.. ; utime and stime are 14 and 15.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let ticks = fields[11].parse::<u64>().ok()? + fields[12].parse::<u64>().ok()?;
+        *found.get_or_insert(0) += ticks;
+    }
+    found
+}
+
+/// The deadline thread of parked releases sleeps while nothing is parked: after a burst of
+/// dropped guards, it uses no CPU over two idle seconds.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_thread_uses_no_cpu_when_idle() {
+    let s = session().await;
+    let lock = FairLock::new(&s, unique_root("deadline-idle")).unwrap();
+    for _ in 0..200 {
+        drop(lock.lock().await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = thread_ticks("zk-recipes-park").expect("the deadline thread runs");
+    std::thread::sleep(Duration::from_secs(2));
+    let after = thread_ticks("zk-recipes-park").unwrap();
+    assert!(
+        after - before <= 1,
+        "the deadline thread used {} ticks in 2 idle seconds",
+        after - before
+    );
+    s.close().await;
+}
+
+/// A relock's new node deleted by an administrator after the transaction that made it and
+/// before the relock read it (ZooKeeper 3.8 answers the transaction without the node's stat,
+/// so the first read of the node supplies its fencing token): the relock must not take a
+/// node that is not there, nor any other node, for its own. It queues again at the back and is
+/// granted on a node of its own, with a token above the deleted one's, and leaves nothing else
+/// behind. Uncontended (the read comes just before the grant, request 3) and behind a waiter
+/// (the read goes with the watch on the waiter, requests 3 and 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relocks_new_node_deleted_before_it_is_read_is_not_taken() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    for contended in [false, true] {
+        let root = unique_root("relock-deleted-unread");
+        let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+        let b = session().await;
+        let lock_a = FairLock::new(&a, &root).unwrap();
+        let ga = lock_a.lock().await.unwrap();
+        let old_name = ga.path().rsplit('/').next().unwrap().to_string();
+        let waiter = contended.then(|| {
+            let lock_b = FairLock::new(&b, &root).unwrap();
+            tokio::spawn(async move { lock_b.lock().await })
+        });
+        while children(&root).await.len() < 1 + usize::from(contended) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stall = Duration::from_millis(800);
+        proxy.arm(Fault::new(
+            FaultPoint::BeforeRequest(3),
+            FaultAction::Stall(stall),
+        ));
+        let relock = {
+            let lock_a = lock_a.clone();
+            tokio::spawn(async move { lock_a.relock(ga).await })
+        };
+        // The transaction and the listing went through: the old node is gone, the new one
+        // queued. Delete the new one before its read reaches the server.
+        let admin = raw().await;
+        let sent = std::time::Instant::now();
+        let deleted = loop {
+            let names = children(&root).await;
+            if !names.contains(&old_name) {
+                break names;
+            }
+            assert!(sent.elapsed() < stall, "the transaction did not go through");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        // The newest node is ours (the waiter's is older).
+        let newest = deleted
+            .iter()
+            .max_by_key(|n| sequence_of(n))
+            .unwrap()
+            .clone();
+        let stat = admin
+            .check_stat(&format!("{root}/{newest}"))
+            .await
+            .unwrap()
+            .expect("our new node");
+        assert_eq!(stat.ephemeral_owner, a.session_id().unwrap());
+        admin
+            .delete(&format!("{root}/{newest}"), None)
+            .await
+            .expect("admin delete");
+        assert!(
+            sent.elapsed() < stall,
+            "deleted after the stall: proves nothing"
+        );
+        if let Some(waiter) = waiter {
+            let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+                .await
+                .expect("the waiter was not granted")
+                .unwrap()
+                .unwrap();
+            tokio::time::sleep(stall).await;
+            assert!(!relock.is_finished(), "relock granted while B holds");
+            gb.release().await.unwrap();
+        }
+        let ga = tokio::time::timeout(Duration::from_secs(10), relock)
+            .await
+            .expect("the relock hung")
+            .unwrap()
+            .expect("the relock queues again");
+        assert!(
+            !ga.path().ends_with(&newest),
+            "granted on the deleted node (contended: {contended})"
+        );
+        assert!(
+            ga.fencing_token() > stat.czxid,
+            "token {} not above the deleted node's {}",
+            ga.fencing_token(),
+            stat.czxid
+        );
+        assert!(!ga.is_lost(), "granted lost");
+        assert_only_node(&root, ga.path(), "after the relock").await;
+        ga.release().await.unwrap();
+        a.close().await;
+        b.close().await;
+    }
+}
+
+/// The children of `root` whose node `session_id` owns.
+async fn owned_by(root: &str, session_id: i64) -> Vec<String> {
+    let admin = raw().await;
+    let mut owned = Vec::new();
+    for name in children(root).await {
+        if let Ok(Some(stat)) = admin.check_stat(&format!("{root}/{name}")).await {
+            if stat.ephemeral_owner == session_id {
+                owned.push(name);
+            }
+        }
+    }
+    owned
+}
+
+/// An acquire cancelled from outside (its future dropped: a `tokio::time::timeout` around
+/// `lock()`) in another runtime than its session's, one that runs no task after the
+/// cancellation (given `how`: a sync wrapper's `block_on` whose runtime is dropped or kept
+/// idle after, or a runtime shutting down under the waiting task), while a holder of another
+/// session holds the lock: its node must go all the same. Otherwise it takes the lock when
+/// the holder releases, and holds it, for nobody, for as long as the session lives: a third
+/// contender is never granted.
+async fn an_acquire_cancelled_in_another_runtime_leaves_no_node(how: OtherRuntime) {
+    let root = unique_root("cancel-other-runtime");
+    let (a, b, c) = (session().await, session().await, session().await);
+    let held = FairLock::new(&b, &root).unwrap().lock().await.unwrap();
+    let lock_a = FairLock::new(&a, &root).unwrap();
+    let kept = std::thread::spawn(move || match how {
+        OtherRuntime::BlockOn | OtherRuntime::Idle => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let cancelled = rt.block_on(async move {
+                tokio::time::timeout(Duration::from_millis(300), lock_a.lock())
+                    .await
+                    .is_err()
+            });
+            assert!(cancelled, "granted while another session holds the lock");
+            matches!(how, OtherRuntime::Idle).then_some(rt)
+        }
+        OtherRuntime::Shutdown => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.spawn(async move {
+                let _granted = lock_a.lock().await;
+                std::future::pending::<()>().await
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            drop(rt);
+            None
+        }
+    })
+    .join()
+    .unwrap();
+    held.release().await.unwrap();
+    let gc = match FairLock::new(&c, &root)
+        .unwrap()
+        .lock_timeout(Duration::from_secs(5))
+        .await
+    {
+        Ok(gc) => gc,
+        Err(e) => panic!(
+            "a third contender was not granted within 5 s after the holder released ({e}); \
+             left: {:?}, of which {:#x} (the cancelled acquire's session) owns {:?}",
+            children(&root).await,
+            a.session_id().unwrap(),
+            owned_by(&root, a.session_id().unwrap()).await
+        ),
+    };
+    assert_only_node(&root, gc.path(), "the third contender's node only").await;
+    gc.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+    c.close().await;
+    std::thread::spawn(move || drop(kept)).join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_in_a_block_on_of_a_runtime_dropped_after_leaves_no_node() {
+    an_acquire_cancelled_in_another_runtime_leaves_no_node(OtherRuntime::BlockOn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_of_a_task_of_a_runtime_shut_down_leaves_no_node() {
+    an_acquire_cancelled_in_another_runtime_leaves_no_node(OtherRuntime::Shutdown).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_in_a_block_on_of_a_runtime_not_driven_again_leaves_no_node() {
+    an_acquire_cancelled_in_another_runtime_leaves_no_node(OtherRuntime::Idle).await;
+}
+
+/// A guard acquired in another runtime than its session's, one that runs no task after the
+/// grant (a sync wrapper's `block_on`, its runtime dropped or kept idle after), and then used
+/// on the session's runtime: `lost()` must still fire when its node goes (an administrator
+/// deletes it). It is the guard's own promise (the type's docs: it "resolves when the lock is
+/// lost while held ... or the node was deleted by someone else"), and a holder not told keeps
+/// writing under a lock someone else may hold.
+async fn a_guard_acquired_in_another_runtime_is_told_of_its_loss(how: OtherRuntime) {
+    let root = unique_root("lost-other-runtime");
+    let a = session().await;
+    let lock = FairLock::new(&a, &root).unwrap();
+    let (g, kept) = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let g = rt.block_on(lock.lock()).expect("lock");
+        (g, matches!(how, OtherRuntime::Idle).then_some(rt))
+    })
+    .join()
+    .unwrap();
+    // Time for the guard's watch on its own node to be armed, wherever it runs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    raw()
+        .await
+        .delete(g.path(), None)
+        .await
+        .expect("admin delete");
+    let told = tokio::time::timeout(Duration::from_secs(5), g.lost()).await;
+    assert!(
+        told.is_ok(),
+        "lost() had not fired 5 s after the guard's node was deleted (is_lost: {})",
+        g.is_lost()
+    );
+    assert_eq!(g.loss_reason(), Some(LossReason::NodeDeleted));
+    drop(g);
+    a.close().await;
+    std::thread::spawn(move || drop(kept)).join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_acquired_in_a_block_on_of_a_runtime_dropped_after_is_told_of_its_loss() {
+    a_guard_acquired_in_another_runtime_is_told_of_its_loss(OtherRuntime::BlockOn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_acquired_in_a_block_on_of_a_runtime_not_driven_again_is_told_of_its_loss() {
+    a_guard_acquired_in_another_runtime_is_told_of_its_loss(OtherRuntime::Idle).await;
+}

@@ -371,3 +371,77 @@ fn guard_drop_outside_runtime_does_not_panic_and_releases() {
         s.close().await;
     });
 }
+
+/// Set in the child process of
+/// `a_guard_dropped_by_a_thread_local_at_thread_exit_is_released_without_a_panic`: the
+/// shared server's connect string.
+const TLS_CHILD: &str = "ZKR_TEST_TLS_DROP_CHILD";
+
+/// A guard kept in a thread-local and dropped by that thread-local's destructor when its
+/// thread exits, after tokio's own thread-local context is gone (thread-locals are destroyed
+/// in reverse order of first use, and this one was used first). It must not panic (a panic in
+/// a thread-local's destructor aborts the process: hence the child process) and its node is
+/// released while the session lives, as for any guard dropped off a runtime.
+#[test]
+fn a_guard_dropped_by_a_thread_local_at_thread_exit_is_released_without_a_panic() {
+    let Some(addr) = std::env::var_os(TLS_CHILD) else {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_guard_dropped_by_a_thread_local_at_thread_exit_is_released_without_a_panic",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(TLS_CHILD, shared_server().connect_string())
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("run the child");
+        assert!(
+            out.status.success(),
+            "the child failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    };
+    let addr = addr.into_string().unwrap();
+    thread_local! {
+        static HELD: std::cell::RefCell<Option<zk_recipes::LockGuard>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = unique_root("tls-drop");
+    let s = rt.block_on(async {
+        Session::builder(addr.as_str())
+            .with_session_timeout(Duration::from_secs(4))
+            .connect()
+            .await
+            .expect("connect")
+    });
+    let (handle, lock) = (rt.handle().clone(), FairLock::new(&s, &root).unwrap());
+    std::thread::spawn(move || {
+        // Used before tokio's context on this thread: destroyed after it.
+        HELD.with(|_| {});
+        let g = handle.block_on(lock.lock()).expect("lock");
+        HELD.with(|held| *held.borrow_mut() = Some(g));
+    })
+    .join()
+    .expect("the thread panicked");
+    rt.block_on(async {
+        let raw = zk_recipes::zk::Client::connect(&addr).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !raw
+            .list_children(&root)
+            .await
+            .unwrap_or_default()
+            .is_empty()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the node of a guard dropped at thread exit was still there after 5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        s.close().await;
+    });
+}

@@ -97,7 +97,7 @@ impl Holding {
             let reason = reason.clone();
             let stop = stop_monitor.clone();
             let gate = gate.clone();
-            tokio::spawn(async move {
+            session.spawn_at_home(async move {
                 let set = |r: LossReason| {
                     reason.lock().unwrap().get_or_insert(r);
                     lost.cancel();
@@ -264,7 +264,7 @@ impl Holding {
         let epoch = self.epoch.clone();
         let stop = self.stop_monitor.clone();
         let revoke = self.revoke.clone();
-        tokio::spawn(async move {
+        self.session.spawn_at_home(async move {
             let mut backoff = Duration::from_millis(20);
             loop {
                 let Some(live) = epoch.upgrade() else { return };
