@@ -445,3 +445,91 @@ fn a_guard_dropped_by_a_thread_local_at_thread_exit_is_released_without_a_panic(
         s.close().await;
     });
 }
+
+/// How a guard outlives its session's runtime in
+/// [`a_guard_dropped_after_its_sessions_runtime_ended_disconnected`].
+enum DroppedAfterHome {
+    /// Dropped on a plain thread, outside any runtime.
+    OffAnyRuntime,
+    /// Two guards dropped in another runtime's `block_on`, 50 ms apart: the first is parked,
+    /// and sent by the deadline thread.
+    InAnotherRuntime,
+}
+
+/// Guards outlive the runtime their session was made on, which ended while the connection was
+/// down (a service shutting down because ZooKeeper is unreachable, with a guard held by a
+/// thread or a struct that outlives `main`'s runtime). Dropping them must not panic: a panic
+/// in a guard's drop during an unwind aborts the process. The release's first poll, made in
+/// place on the session's runtime entered from the dropping thread (or from the deadline
+/// thread), got the connection's `ConnectionLoss` at once (the client's tasks are gone) and
+/// went on to its retry's `sleep`, whose timer panics on a runtime that is shut down: in the
+/// dropping thread, or in the deadline thread under the parked releases' lock, which was then
+/// poisoned, so the next drop of any guard of the session panicked in `park`.
+fn a_guard_dropped_after_its_sessions_runtime_ended_disconnected(how: DroppedAfterHome) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = unique_root("drop-after-home");
+    let (s, g1, g2, proxy) = rt.block_on(async {
+        let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+        let g1 = FairLock::new(&s, format!("{root}/a"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let g2 = FairLock::new(&s, format!("{root}/b"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        proxy.set_blocked(true);
+        let mut events = s.latest_state();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            events.wait_for(|e| matches!(e, SessionEvent::Suspended { .. })),
+        )
+        .await
+        .expect("the session was not suspended")
+        .unwrap();
+        (s, g1, g2, proxy)
+    });
+    drop(rt);
+    // Each drop in a thread of its own: a second guard dropped while the first one's panic
+    // unwinds would abort the whole test binary.
+    let dropped = match how {
+        DroppedAfterHome::OffAnyRuntime => {
+            let first = std::thread::spawn(move || drop(g1)).join();
+            let second = std::thread::spawn(move || drop(g2)).join();
+            first.and(second)
+        }
+        DroppedAfterHome::InAnotherRuntime => std::thread::spawn(move || {
+            let other = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            other.block_on(async move {
+                drop(g1);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                drop(g2);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            });
+        })
+        .join(),
+    };
+    drop(s);
+    drop(proxy);
+    assert!(
+        dropped.is_ok(),
+        "dropping a guard after its session's runtime ended panicked"
+    );
+}
+
+#[test]
+fn a_guard_dropped_off_any_runtime_after_its_sessions_runtime_ended_does_not_panic() {
+    a_guard_dropped_after_its_sessions_runtime_ended_disconnected(DroppedAfterHome::OffAnyRuntime);
+}
+
+#[test]
+fn guards_dropped_in_another_runtime_after_their_sessions_runtime_ended_do_not_panic() {
+    a_guard_dropped_after_its_sessions_runtime_ended_disconnected(
+        DroppedAfterHome::InAnotherRuntime,
+    );
+}

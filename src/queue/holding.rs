@@ -920,6 +920,13 @@ async fn release_node(
         }
     };
     drop(serial);
+    // Queued: a first poll made in place (`Session::spawn_tracked_sent`) ends here, and the
+    // rest runs in the session's task. Made from a thread that entered the session's runtime
+    // (a guard dropped off any runtime, the deadline thread), it would otherwise go on, on a
+    // request failed at once (`ConnectionLoss` from a client whose tasks ended with that
+    // runtime), to the retry's timer, which panics on a runtime that is shut down: a panic in
+    // a guard's drop, or in the deadline thread under the parked releases' lock.
+    yield_once().await;
     let own = match monitor {
         Some(m) => m.await.ok().flatten(),
         None => None,
@@ -927,6 +934,20 @@ async fn release_node(
     let result = released.await;
     use_up_own_watch(own).await;
     result
+}
+
+/// Returns `Pending` once (waking its task), then `Ready`; needs no runtime.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            std::task::Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
 }
 
 /// Logs the outcome of a release nobody waits for (a dropped guard's, a relock's fallback).
