@@ -239,6 +239,26 @@ impl NodeName {
     }
 }
 
+/// The marker a new contender of `kind` gets under `layout`, and the kind its name then reads
+/// as: kazoo has no writer marker, so a kazoo-layout writer is named (and read back) as a lock.
+fn marker(layout: Layout, kind: NodeKind) -> (&'static str, NodeKind) {
+    let markers: &[(&'static str, NodeKind)] = match layout {
+        Layout::Curator => &CURATOR_MARKERS,
+        Layout::Kazoo => &KAZOO_MARKERS,
+    };
+    markers
+        .iter()
+        .copied()
+        .find(|(_, k)| *k == kind)
+        .unwrap_or(markers[0])
+}
+
+/// The kind a contender of `kind` made under `layout` reads as from its name (see
+/// [`NodeName::parse`]): `kind` itself, except a kazoo-layout writer, which reads as a lock.
+pub(crate) fn named_kind(layout: Layout, kind: NodeKind) -> NodeKind {
+    marker(layout, kind).1
+}
+
 /// Builds the name prefix (before ZooKeeper's sequence) of a new contender.
 ///
 /// Returns `(prefix, protection id)`. Curator: `_c_<uuid>-lock-`; kazoo: `<32 hex>__lock__`.
@@ -247,24 +267,14 @@ pub(crate) fn new_prefix(layout: Layout, kind: NodeKind) -> (String, String) {
     let mut bytes = *uuid::Uuid::new_v4().as_bytes();
     bytes[6] = (bytes[6] & 0x0f) | 0x80;
     let id = uuid::Uuid::from_bytes(bytes);
+    let (marker, _) = marker(layout, kind);
+    let id = match layout {
+        Layout::Curator => id.hyphenated().to_string(),
+        Layout::Kazoo => id.simple().to_string(),
+    };
     match layout {
-        Layout::Curator => {
-            let id = id.hyphenated().to_string();
-            let marker = CURATOR_MARKERS
-                .iter()
-                .find(|(_, k)| *k == kind)
-                .map(|(m, _)| *m)
-                .unwrap_or("-lock-");
-            (format!("_c_{id}{marker}"), id)
-        }
-        Layout::Kazoo => {
-            let id = id.simple().to_string();
-            let marker = match kind {
-                NodeKind::Read => "__rlock__",
-                _ => "__lock__",
-            };
-            (format!("{id}{marker}"), id)
-        }
+        Layout::Curator => (format!("_c_{id}{marker}"), id),
+        Layout::Kazoo => (format!("{id}{marker}"), id),
     }
 }
 
@@ -290,21 +300,28 @@ mod tests {
     #[test]
     fn new_prefixes_parse_back() {
         for layout in [Layout::Curator, Layout::Kazoo] {
-            for kind in [NodeKind::Lock, NodeKind::Read] {
+            for kind in [
+                NodeKind::Lock,
+                NodeKind::Read,
+                NodeKind::Write,
+                NodeKind::Latch,
+                NodeKind::Lease,
+            ] {
                 let (prefix, id) = new_prefix(layout, kind);
                 let n = NodeName::parse(&format!("{prefix}0000000012")).unwrap();
                 assert_eq!(
                     (n.kind, n.layout, n.sequence, n.protection.as_deref()),
-                    (kind, layout, Some(12), Some(&*id))
+                    (named_kind(layout, kind), layout, Some(12), Some(&*id))
                 );
                 assert!(n.is_owner_write_only(), "{prefix} is not marked as ours");
             }
         }
-        let (p, _) = new_prefix(Layout::Curator, NodeKind::Write);
-        assert_eq!(
-            NodeName::parse(&format!("{p}0000000001")).unwrap().kind,
-            NodeKind::Write
-        );
+        // Every kind has a marker of its own in Curator's layout; kazoo has a reader's and a
+        // lock's only.
+        for kind in [NodeKind::Write, NodeKind::Latch, NodeKind::Lease] {
+            assert_eq!(named_kind(Layout::Curator, kind), kind);
+            assert_eq!(named_kind(Layout::Kazoo, kind), NodeKind::Lock);
+        }
     }
 
     #[test]

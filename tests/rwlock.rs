@@ -951,8 +951,23 @@ async fn a_relock_of_a_foreign_or_lost_guard_creates_nothing() {
 /// yields, so the merge is certain (on a worker thread too: see `Holding::with_merge`).
 #[tokio::test]
 async fn a_dropped_guard_merges_with_the_next_acquire_of_its_kind_and_goes_first_before_another() {
+    merges_with_its_kind_and_goes_first_before_another(Layout::Curator).await;
+}
+
+/// The same with kazoo's names, where a writer's node is named as a lock (`__lock__`, no
+/// writer marker). Fails if the acquire compares the dropped node's kind as read from its name
+/// with the writer's kind instead of with what a writer's name reads as: write after write is
+/// then not merged (4 requests).
+#[tokio::test]
+async fn a_dropped_kazoo_layout_guard_merges_with_the_next_acquire_of_its_kind() {
+    merges_with_its_kind_and_goes_first_before_another(Layout::Kazoo).await;
+}
+
+async fn merges_with_its_kind_and_goes_first_before_another(layout: Layout) {
     let s = session().await;
-    let lock = RwLock::new(&s, unique_root("rw-merge")).unwrap();
+    let lock = RwLock::new(&s, unique_root("rw-merge"))
+        .unwrap()
+        .with_layout(layout);
     for round in 0..3 {
         let w = bounded("write", lock.write()).await.unwrap();
         let old = w.path().to_string();

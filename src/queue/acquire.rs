@@ -28,7 +28,10 @@ enum Attempt {
 /// parked guard of another kind is released first, before our create.
 pub(crate) async fn acquire(session: &Session, spec: &QueueSpec, wait: Wait) -> Result<Granted> {
     let merged = match Holding::unpark(session, &spec.dir) {
-        Some(held) if held.name().kind == spec.kind => held.epoch().map(|epoch| (epoch, held)),
+        // Of our kind as the names read: a kazoo-layout writer's node reads as a lock.
+        Some(held) if held.name().kind == crate::path::named_kind(spec.layout, spec.kind) => {
+            held.epoch().map(|epoch| (epoch, held))
+        }
         // Another kind (a dropped writer before a read): released now, before our create, as
         // it would have been without the parking.
         other => {
