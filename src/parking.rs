@@ -24,7 +24,7 @@
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 /// A parked release: the queue module's dropped holding, whose own `Drop` releases it.
@@ -59,12 +59,7 @@ impl Table {
         tracker: &tokio_util::task::TaskTracker,
     ) {
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        drop(
-            self.slots
-                .lock()
-                .unwrap()
-                .insert(key.clone(), (ticket, item)),
-        );
+        drop(locked(&self.slots).insert(key.clone(), (ticket, item)));
         deadlines::add(Arc::downgrade(self), key.clone(), ticket);
         let table = self.clone();
         // On the session's own runtime: a task spawned on the dropping thread's runtime never
@@ -87,7 +82,7 @@ impl Table {
     /// Takes back the release parked under `key`, if `wanted` accepts it: for an acquire to
     /// merge with its create, or to send first.
     pub(crate) fn unpark(&self, key: &str, wanted: impl FnOnce(&Parked) -> bool) -> Option<Parked> {
-        let mut slots = self.slots.lock().unwrap();
+        let mut slots = locked(&self.slots);
         let (_, item) = slots.get(key)?;
         wanted(item)
             .then(|| slots.remove(key).map(|(_, item)| item))
@@ -100,11 +95,18 @@ impl Table {
     /// looked in between, whose listing then showed the dropped guard's node (a `try_lock`
     /// right after the drop answered `WouldBlock`).
     fn flush(&self, key: &str, ticket: u64) {
-        let mut slots = self.slots.lock().unwrap();
+        let mut slots = locked(&self.slots);
         if slots.get(key).is_some_and(|(t, _)| *t == ticket) {
             drop(slots.remove(key));
         }
     }
+}
+
+/// Locks `m`, poisoned or not. Every change under these locks is one insert, remove or pop,
+/// whole before anything that may panic (a parked release's drop) runs, so a panic leaves them
+/// consistent; `unwrap` would turn one panic into a panic in every later guard's drop.
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The deadline thread and its queue, one for the process.
@@ -139,7 +141,7 @@ mod deadlines {
         if !running {
             return;
         }
-        let mut queue = QUEUE.lock().unwrap();
+        let mut queue = locked(&QUEUE);
         let was_empty = queue.is_empty();
         queue.push_back(Due {
             parked: Instant::now(),
@@ -155,16 +157,19 @@ mod deadlines {
     }
 
     fn run() {
-        let mut queue = QUEUE.lock().unwrap();
+        let mut queue = locked(&QUEUE);
         loop {
             let Some(first) = queue.front().map(|d| d.parked) else {
-                queue = WAKE.wait(queue).unwrap();
+                queue = WAKE.wait(queue).unwrap_or_else(PoisonError::into_inner);
                 continue;
             };
             let now = Instant::now();
             let due = first + DEADLINE;
             if due > now {
-                queue = WAKE.wait_timeout(queue, due - now).unwrap().0;
+                queue = WAKE
+                    .wait_timeout(queue, due - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
                 continue;
             }
             let ripe_since = now.checked_sub(DEADLINE / 2).unwrap_or(now);
@@ -188,7 +193,7 @@ mod deadlines {
                     }
                 }
             }
-            queue = QUEUE.lock().unwrap();
+            queue = locked(&QUEUE);
         }
     }
 }
