@@ -322,7 +322,10 @@ impl SessionBuilder {
         self
     }
 
-    /// Connects and starts the session manager.
+    /// Connects and starts the session manager, on the current tokio runtime. The session's
+    /// handles may be used from any runtime, but the session lives as long as this one: when it
+    /// ends, the session is closed (its guards report lost, later calls answer
+    /// [`Error::Closed`]).
     ///
     /// # Errors
     ///
@@ -1474,6 +1477,7 @@ enum EpochEnd {
 }
 
 async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
+    let _closed = ClosedAtEnd(shared.clone());
     let mut epoch = first;
     let mut next = epoch.number + 1;
     loop {
@@ -1515,6 +1519,33 @@ async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
     shared.end_epoch(&epoch, LossReason::Closed);
     wait_released(epoch, &mut state).await;
     shared.publish(SessionEvent::Closed);
+}
+
+/// Closes the session when the supervisor ends, however it ends. It returns after publishing
+/// `Closed`, which leaves this nothing to do; but it is also dropped unfinished when the runtime
+/// the session was made on shuts down. The client's tasks end with that runtime, so the
+/// ZooKeeper session can no longer be kept (the server expires it): the epoch must end, so that
+/// holders are told their locks are lost, and the session must say `Closed`, so that a later
+/// acquire from another runtime answers `Error::Closed` instead of retrying requests that all
+/// fail at once, without ever yielding.
+struct ClosedAtEnd(Arc<Shared>);
+
+impl Drop for ClosedAtEnd {
+    fn drop(&mut self) {
+        let shared = &self.0;
+        if *shared.events.borrow() == SessionEvent::Closed {
+            return;
+        }
+        tracing::warn!(
+            "the runtime this ZooKeeper session was made on has ended: the session is closed"
+        );
+        shared.shutdown.cancel();
+        let current = shared.current.lock().unwrap().clone();
+        if let Some(epoch) = current {
+            shared.end_epoch(&epoch, LossReason::Closed);
+        }
+        shared.publish(SessionEvent::Closed);
+    }
 }
 
 /// Drops our reference to an ended epoch and waits (bounded) for its client to close, so

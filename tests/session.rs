@@ -533,3 +533,74 @@ fn guards_dropped_in_another_runtime_after_their_sessions_runtime_ended_do_not_p
         DroppedAfterHome::InAnotherRuntime,
     );
 }
+
+/// The runtime a session was made on ends while the connection is down, with a lock held (a
+/// service shutting down because ZooKeeper is unreachable, its session kept by a struct that
+/// outlives `main`'s runtime). The client's tasks end with that runtime, so the session can no
+/// longer be kept: the held guard must be told it lost its lock, and a `lock()` made in another
+/// runtime must answer `Error::Closed` at once. Fails (hangs, caught by the 10 s watchdog) if
+/// the session's epoch lives on: every request then fails at once with `ConnectionLoss`, and
+/// the acquire re-queues again and again without ever yielding, so even its own timeout never
+/// fires (it spun at 100% of a core for minutes).
+#[test]
+fn the_end_of_a_sessions_runtime_closes_it_and_tells_its_holders() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = unique_root("lock-after-home");
+    let (s, held, proxy) = rt.block_on(async {
+        let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+        let held = FairLock::new(&s, format!("{root}/held"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        // One grant and release, so the directory exists and the create is what fails.
+        FairLock::new(&s, &root)
+            .unwrap()
+            .lock()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        proxy.set_blocked(true);
+        let mut events = s.latest_state();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            events.wait_for(|e| matches!(e, SessionEvent::Suspended { .. })),
+        )
+        .await
+        .expect("the session was not suspended")
+        .unwrap();
+        (s, held, proxy)
+    });
+    assert!(!held.is_lost(), "lost before the runtime ended");
+    drop(rt);
+    assert!(
+        held.is_lost(),
+        "a guard of a session whose runtime has ended is not told it lost its lock"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lock = FairLock::new(&s, &root).unwrap();
+    let before = s.request_count();
+    // In a thread of its own, so that a spinning acquire fails the test instead of hanging it.
+    std::thread::spawn(move || {
+        let other = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = tx.send(other.block_on(lock.lock_timeout(Duration::from_millis(1000))));
+    });
+    let result = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("lock_timeout(1 s) on a session whose runtime has ended did not return in 10 s");
+    let sent = s.request_count() - before;
+    assert!(
+        matches!(result, Err(Error::Closed)),
+        "a lock on a session whose runtime has ended answered {:?}, not Closed",
+        result.map(|g| g.path().to_string())
+    );
+    assert_eq!(sent, 0, "requests sent on a closed session");
+    drop(held);
+    drop(s);
+    drop(proxy);
+}
