@@ -1376,7 +1376,9 @@ impl Session {
     /// thread exits) no runtime can be entered (`enter` panics there, and a panic in a
     /// thread-local's destructor aborts the process): the first poll then runs outside any,
     /// which it can (it queues requests and polls join handles and a tokio mutex, none of
-    /// which needs a runtime context).
+    /// which needs a runtime context). A future that must not go on past its queued requests
+    /// in that poll (to timers, on a runtime that may be shut down) awaits
+    /// [`pause_if_polled_in_place`] there.
     pub(crate) fn spawn_tracked_sent<F>(&self, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
@@ -1388,7 +1390,10 @@ impl Session {
         };
         let mut fut = Box::pin(fut);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        if fut.as_mut().poll(&mut cx).is_pending() {
+        let was = POLLED_IN_PLACE.replace(true);
+        let first = fut.as_mut().poll(&mut cx);
+        POLLED_IN_PLACE.set(was);
+        if first.is_pending() {
             self.spawn_tracked(fut);
         }
     }
@@ -1406,6 +1411,32 @@ impl Session {
     pub fn zk_session_info(&self) -> Option<zk::SessionInfo> {
         self.current_epoch().map(|e| e.session_info())
     }
+}
+
+thread_local! {
+    /// Whether this thread is making the first poll of a future of
+    /// [`Session::spawn_tracked_sent`]. Const and without a destructor, so it can be read in
+    /// a thread-local's destructor too.
+    static POLLED_IN_PLACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Ends the first poll made in place by [`Session::spawn_tracked_sent`] here (`Pending`, the
+/// spawned task polls on); in any other poll it goes straight on. A future that has queued what
+/// had to be queued before its caller goes on awaits this, so that the rest (timers, answers)
+/// runs in the session's task only, never on a thread that merely entered the session's
+/// runtime, which may be shut down. Needs no runtime.
+pub(crate) async fn pause_if_polled_in_place() {
+    let mut paused = false;
+    std::future::poll_fn(|cx| {
+        if !paused && POLLED_IN_PLACE.get() {
+            paused = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await
 }
 
 impl Shared {
@@ -1649,5 +1680,28 @@ async fn watch_epoch(shared: &Shared, epoch: &Arc<Epoch>) -> EpochEnd {
             _ = shared.shutdown.cancelled() => return EpochEnd::Shutdown,
             _ = tokio::time::sleep_until(wake.into()) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    /// An awaited release goes straight on (no extra poll on the hot path); the first poll made
+    /// in place stops right there, and the next poll goes on.
+    #[test]
+    fn pause_if_polled_in_place_pauses_only_the_in_place_poll() {
+        assert_eq!(pause_if_polled_in_place().now_or_never(), Some(()));
+        let mut fut = Box::pin(pause_if_polled_in_place());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        POLLED_IN_PLACE.set(true);
+        let first = fut.as_mut().poll(&mut cx);
+        POLLED_IN_PLACE.set(false);
+        assert!(first.is_pending(), "the in-place poll went on");
+        assert!(
+            fut.as_mut().poll(&mut cx).is_ready(),
+            "the task's poll paused"
+        );
     }
 }

@@ -925,8 +925,9 @@ async fn release_node(
     // (a guard dropped off any runtime, the deadline thread), it would otherwise go on, on a
     // request failed at once (`ConnectionLoss` from a client whose tasks ended with that
     // runtime), to the retry's timer, which panics on a runtime that is shut down: a panic in
-    // a guard's drop, or in the deadline thread under the parked releases' lock.
-    yield_once().await;
+    // a guard's drop, or in the deadline thread under the parked releases' lock. An awaited
+    // `release()` goes straight on.
+    crate::session::pause_if_polled_in_place().await;
     let own = match monitor {
         Some(m) => m.await.ok().flatten(),
         None => None,
@@ -934,20 +935,6 @@ async fn release_node(
     let result = released.await;
     use_up_own_watch(own).await;
     result
-}
-
-/// Returns `Pending` once (waking its task), then `Ready`; needs no runtime.
-async fn yield_once() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if std::mem::replace(&mut yielded, true) {
-            std::task::Poll::Ready(())
-        } else {
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    })
-    .await
 }
 
 /// Logs the outcome of a release nobody waits for (a dropped guard's, a relock's fallback).
