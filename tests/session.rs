@@ -446,6 +446,19 @@ fn a_guard_dropped_by_a_thread_local_at_thread_exit_is_released_without_a_panic(
     });
 }
 
+/// Cuts the connection of `s`, made through `proxy`, and waits until the session says so.
+async fn cut_off(s: &Session, proxy: &zk_recipes::testing::FaultProxy) {
+    proxy.set_blocked(true);
+    let mut events = s.latest_state();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        events.wait_for(|e| matches!(e, SessionEvent::Suspended { .. })),
+    )
+    .await
+    .expect("the session was not suspended")
+    .unwrap();
+}
+
 /// How a guard outlives its session's runtime in
 /// [`a_guard_dropped_after_its_sessions_runtime_ended_disconnected`].
 enum DroppedAfterHome {
@@ -480,15 +493,7 @@ fn a_guard_dropped_after_its_sessions_runtime_ended_disconnected(how: DroppedAft
             .lock()
             .await
             .unwrap();
-        proxy.set_blocked(true);
-        let mut events = s.latest_state();
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            events.wait_for(|e| matches!(e, SessionEvent::Suspended { .. })),
-        )
-        .await
-        .expect("the session was not suspended")
-        .unwrap();
+        cut_off(&s, &proxy).await;
         (s, g1, g2, proxy)
     });
     drop(rt);
@@ -562,15 +567,7 @@ fn the_end_of_a_sessions_runtime_closes_it_and_tells_its_holders() {
             .release()
             .await
             .unwrap();
-        proxy.set_blocked(true);
-        let mut events = s.latest_state();
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            events.wait_for(|e| matches!(e, SessionEvent::Suspended { .. })),
-        )
-        .await
-        .expect("the session was not suspended")
-        .unwrap();
+        cut_off(&s, &proxy).await;
         (s, held, proxy)
     });
     assert!(!held.is_lost(), "lost before the runtime ended");
