@@ -601,3 +601,194 @@ fn the_end_of_a_sessions_runtime_closes_it_and_tells_its_holders() {
     drop(s);
     drop(proxy);
 }
+
+/// Why a guard of a session whose runtime ended was not told through `lost()`.
+struct Untold {
+    recipe: &'static str,
+    /// Whether another session took the same lock while this guard was still not told.
+    taken_over: bool,
+}
+
+/// One schedule of [`runtime_end_tells_every_holder_through_lost`]: the runtime the session
+/// was made on ends, with a guard of every recipe held, after `pause` (and after the
+/// connection was cut, if `cut`). Answers the recipes whose guard's `lost()` (the future a
+/// watchdog awaits, and the token handed to other tasks) did not resolve within 3 s of that
+/// end, and whether another session had taken such a lock meanwhile.
+fn runtime_end_case(
+    cut: bool,
+    policy: LossPolicy,
+    multi_thread: bool,
+    pause: Duration,
+) -> Vec<Untold> {
+    let home = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let root = unique_root("home-ends-lost");
+    let (s, proxy, guards) = home.block_on(async {
+        let (s, proxy) = session_via_proxy(Duration::from_secs(1), policy).await;
+        let mut guards: Vec<(&'static str, String, zk_recipes::LockGuard)> = Vec::new();
+        let fair = format!("{root}/fair");
+        guards.push((
+            "fair lock",
+            fair.clone(),
+            FairLock::new(&s, &fair).unwrap().lock().await.unwrap(),
+        ));
+        let simple = format!("{root}/simple");
+        guards.push((
+            "simple lock",
+            simple.clone(),
+            ExclusiveLock::new(&s, &simple)
+                .unwrap()
+                .lock()
+                .await
+                .unwrap(),
+        ));
+        let sem = format!("{root}/sem");
+        guards.push((
+            "semaphore",
+            sem.clone(),
+            Semaphore::new(&s, &sem, 1)
+                .unwrap()
+                .acquire()
+                .await
+                .unwrap(),
+        ));
+        if cut {
+            cut_off(&s, &proxy).await;
+        }
+        tokio::time::sleep(pause).await;
+        (s, proxy, guards)
+    });
+    let tokens: Vec<_> = guards.iter().map(|(_, _, g)| g.lost_token()).collect();
+    let watchdogs: Vec<_> = guards.iter().map(|(_, _, g)| g.lost()).collect();
+    drop(home);
+    let other = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let untold = other.block_on(async {
+        let mut untold = Vec::new();
+        let told = futures::future::join_all(
+            watchdogs
+                .into_iter()
+                .map(|w| tokio::time::timeout(Duration::from_secs(3), w)),
+        )
+        .await;
+        let s2 = support::zk::session().await;
+        for ((recipe, path, _), (told, token)) in guards.iter().zip(told.into_iter().zip(&tokens)) {
+            if told.is_ok() && token.is_cancelled() {
+                continue;
+            }
+            // The server expires the dead session within its timeout (1 s) and hands the lock
+            // on: take it from another session, as another process would.
+            let taken = match *recipe {
+                "fair lock" => {
+                    FairLock::new(&s2, path)
+                        .unwrap()
+                        .lock_timeout(Duration::from_secs(10))
+                        .await
+                }
+                "simple lock" => {
+                    ExclusiveLock::new(&s2, path)
+                        .unwrap()
+                        .lock_timeout(Duration::from_secs(10))
+                        .await
+                }
+                _ => {
+                    Semaphore::new(&s2, path, 1)
+                        .unwrap()
+                        .acquire_timeout(Duration::from_secs(10))
+                        .await
+                }
+            };
+            untold.push(Untold {
+                recipe,
+                taken_over: taken.is_ok() && !token.is_cancelled(),
+            });
+            drop(taken);
+        }
+        s2.close().await;
+        untold
+    });
+    drop(other);
+    drop(guards);
+    drop(s);
+    drop(proxy);
+    untold
+}
+
+/// The runtime a session was made on ends while its guards are held (a service whose `main`
+/// runtime shuts down, its guards kept by a struct or a thread that outlives it). The client's
+/// tasks end with that runtime, so the server expires the session and hands every lock on;
+/// the session is closed then (45512b9), and each holder must be told through `lost()`, the
+/// signal a watchdog awaits (`select! { _ = guard.lost() => stop }`) and the token it hands to
+/// other tasks, as the README promises ("every holder is told through `lost()`"), not only
+/// through `is_lost()`. Randomized over the loss policy, the runtime's flavour, whether the
+/// connection was cut first and the pause before the end; the seed is printed and
+/// `ZKR_RUNTIME_END_SEED` replays it.
+fn runtime_end_tells_every_holder_through_lost(cut: bool) {
+    let seed: u64 = std::env::var("ZKR_RUNTIME_END_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("ZKR_RUNTIME_END_SEED={seed}");
+    let mut rng = seed;
+    let mut next = move || {
+        // splitmix64
+        rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut failures = Vec::new();
+    for case in 0..3 {
+        let policy = match next() % 2 {
+            0 => LossPolicy::Grace,
+            _ => LossPolicy::OnExpiry,
+        };
+        let multi_thread = next() % 2 == 0;
+        let pause = Duration::from_millis(next() % 50);
+        for untold in runtime_end_case(cut, policy, multi_thread, pause) {
+            failures.push(format!(
+                "case {case} ({policy:?}, {} runtime, pause {pause:?}): the {} guard's lost() had not resolved 3 s after its session's runtime ended{}",
+                if multi_thread { "multi-thread" } else { "current-thread" },
+                untold.recipe,
+                if untold.taken_over {
+                    ", and another session then took the lock while it was still not told"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "seed {seed} (replay with ZKR_RUNTIME_END_SEED={seed}):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_holder_is_told_through_lost_when_its_sessions_runtime_ends_connected() {
+    runtime_end_tells_every_holder_through_lost(false);
+}
+
+#[test]
+fn every_holder_is_told_through_lost_when_its_sessions_runtime_ends_disconnected() {
+    runtime_end_tells_every_holder_through_lost(true);
+}

@@ -80,7 +80,12 @@ impl Holding {
             czxid,
             own_watch,
         } = granted;
-        let lost = CancellationToken::new();
+        // A child of the epoch's end signal: the end of the epoch cancels it at once, with no
+        // task of ours having to run. The monitor below, on the session's runtime, also
+        // reports it (with its reason), but when that runtime ends the monitor is dropped
+        // unrun while the session is closed (its epoch ended): `lost()` then never resolved,
+        // and the server handed the lock on to another session after its timeout.
+        let lost = epoch.lost_token().child_token();
         let reason = Arc::new(Mutex::new(None));
         let stop_monitor = CancellationToken::new();
         let gate = Arc::new(Mutex::new(false));
