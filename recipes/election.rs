@@ -228,8 +228,10 @@ impl Election {
         self.acquire(Wait::Until(None)).await
     }
 
-    /// Like [`campaign`](Self::campaign), giving up after `timeout` with [`Error::Timeout`];
-    /// our node is deleted before it returns.
+    /// Like [`campaign`](Self::campaign), giving up after `timeout` with [`Error::Timeout`],
+    /// within `timeout` whatever the connection does, as
+    /// [`FairLock::lock_timeout`](crate::FairLock::lock_timeout): our node is deleted before it
+    /// returns while the connection is up, else in the background once it is back.
     ///
     /// # Errors
     ///

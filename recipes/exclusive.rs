@@ -34,7 +34,7 @@ use zookeeper_client as zk;
 use crate::error::{is_unknown, Error, Result};
 use crate::guard::LockGuard;
 use crate::path::{validate_path, Layout, NodeKind, NodeName};
-use crate::queue::{decide_fixed, Abandoned, Fixed, Granted, Holding};
+use crate::queue::{bounded, decide_fixed, Abandoned, Fixed, Granted, Holding, Wait};
 use crate::session::{Epoch, Session};
 
 /// A lock held by whoever owns one ephemeral node.
@@ -89,7 +89,17 @@ impl ExclusiveLock {
         self
     }
 
-    /// Takes the lock if it is free now, else [`Error::WouldBlock`]. One request.
+    /// Takes the lock if it is free now. One request.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::WouldBlock`] if someone holds it.
+    /// * [`Error::ConnectionLost`] at once if the session is not connected, or as soon as the
+    ///   connection drops: it never waits for a reconnect (see
+    ///   [`FairLock::try_lock`](crate::FairLock::try_lock)). Nothing is held; a node whose
+    ///   create may have reached the server is deleted in the background once the connection
+    ///   is back.
+    /// * Those of [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -111,7 +121,13 @@ impl ExclusiveLock {
         self.acquire(None, false).await
     }
 
-    /// Like [`lock`](Self::lock), but gives up with [`Error::Timeout`] after `timeout`.
+    /// Like [`lock`](Self::lock), but gives up with [`Error::Timeout`] after `timeout`: within
+    /// `timeout` whatever the connection does (a create sent while it is down, which may make
+    /// the node once it is back, is undone in the background).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`], and those of [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -163,9 +179,21 @@ impl ExclusiveLock {
         use tracing::field::Empty;
         let span = tracing::info_span!(target: "zk_recipes", "acquire", path = %self.path, kind = "simple", node = Empty, epoch = Empty, session_id = Empty, outcome = Empty);
         let started = Instant::now();
-        let result =
-            tracing::Instrument::instrument(self.acquire_in_turn(deadline, try_only), span.clone())
-                .await;
+        // Kept whatever the connection does: see `queue::bounded`.
+        let wait = if try_only {
+            Wait::Try
+        } else {
+            Wait::Until(deadline)
+        };
+        let result = tracing::Instrument::instrument(
+            bounded(
+                &self.session,
+                wait,
+                self.acquire_in_turn(deadline, try_only),
+            ),
+            span.clone(),
+        )
+        .await;
         span.in_scope(|| crate::observe::acquired("simple", &result, started.elapsed()));
         result
     }

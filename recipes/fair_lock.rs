@@ -111,8 +111,19 @@ impl FairLock {
         self.acquire(Wait::Until(None)).await
     }
 
-    /// Like [`lock`](Self::lock), giving up after `timeout` with [`Error::Timeout`]; our node is
-    /// deleted before it returns.
+    /// Like [`lock`](Self::lock), giving up after `timeout` with [`Error::Timeout`].
+    ///
+    /// Returns within `timeout` whatever the connection does, plus, only while the session is
+    /// connected, at most half a second for the deletion of our node to be answered (one
+    /// round trip when healthy). So our node is deleted before it returns while the
+    /// connection is up; while it is down, the node (if its create reached the server, even
+    /// unanswered) is deleted in the background once the connection is back, or goes with the
+    /// session if it expires. A grant that came in time is never given up.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] when the time is up, with nothing held.
+    /// * Those of [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -122,8 +133,20 @@ impl FairLock {
             .await
     }
 
-    /// Takes the lock only if no one holds or waits for it: [`Error::WouldBlock`] otherwise
-    /// (our node is deleted before it returns). One round trip when free.
+    /// Takes the lock only if no one holds or waits for it. One round trip when free.
+    ///
+    /// It never waits for a reconnect: while the connection is down (or once it drops) it
+    /// answers [`Error::ConnectionLost`] at once.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::WouldBlock`] if someone holds or waits for the lock; our node is deleted
+    ///   before it returns.
+    /// * [`Error::ConnectionLost`] if the session is not connected when called (nothing is
+    ///   sent), or the connection drops before the answer: whether the lock is free is not
+    ///   known. Nothing is held; a node whose create may have reached the server is deleted in
+    ///   the background once the connection is back.
+    /// * Those of [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///

@@ -152,8 +152,9 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the deadline passes, with nothing held; else as
-    /// [`lock`](Self::lock).
+    /// [`Error::Timeout`] when the deadline passes, with nothing held: within `timeout`
+    /// whatever the connection does, as [`FairLock::lock_timeout`]; the locks taken so far are
+    /// released in the background. Else as [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -167,8 +168,9 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// [`Error::WouldBlock`] if one is held by someone else, with nothing held; else as
-    /// [`lock`](Self::lock).
+    /// [`Error::WouldBlock`] if one is held by someone else, or [`Error::ConnectionLost`] if
+    /// the connection is down (see [`FairLock::try_lock`]), with nothing held: the locks taken
+    /// so far are released in the background. Else as [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -198,7 +200,17 @@ impl MultiLock {
                 match taken {
                     Ok(guard) => guards.push(guard),
                     Err(err) => {
-                        let _ = release_all(guards).await;
+                        match take {
+                            Take::Wait(None) => {
+                                let _ = release_all(guards).await;
+                            }
+                            // A bounded take does not wait for the releases: they wait for
+                            // the connection if it is down. Dropped guards release in the
+                            // background (retried while their session lives).
+                            Take::Try | Take::Wait(Some(_)) => {
+                                guards.into_iter().rev().for_each(drop);
+                            }
+                        }
                         return Err(err);
                     }
                 }

@@ -214,8 +214,11 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the time is up (our node is deleted before it returns), else as
-    /// `read`.
+    /// * [`Error::Timeout`] when the time is up, with nothing held: within `timeout` whatever
+    ///   the connection does, as [`FairLock::lock_timeout`](crate::FairLock::lock_timeout)
+    ///   (our node is deleted before it returns while the connection is up, else in the
+    ///   background once it is back).
+    /// * Those of [`read`](Self::read).
     ///
     /// # Cancel safety
     ///
@@ -229,8 +232,11 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the time is up (our node is deleted before it returns), else as
-    /// `write`.
+    /// * [`Error::Timeout`] when the time is up, with nothing held: within `timeout` whatever
+    ///   the connection does, as [`FairLock::lock_timeout`](crate::FairLock::lock_timeout)
+    ///   (our node is deleted before it returns while the connection is up, else in the
+    ///   background once it is back).
+    /// * Those of [`write`](Self::write).
     ///
     /// # Cancel safety
     ///
@@ -244,8 +250,11 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::WouldBlock`] if a writer is ahead (our node is deleted before it returns), else
-    /// as [`read`](Self::read).
+    /// * [`Error::WouldBlock`] if a writer is ahead (our node is deleted before it returns).
+    /// * [`Error::ConnectionLost`] at once if the session is not connected, or as soon as the
+    ///   connection drops: it never waits for a reconnect (see
+    ///   [`FairLock::try_lock`](crate::FairLock::try_lock)); nothing is held.
+    /// * Those of [`read`](Self::read).
     ///
     /// # Cancel safety
     ///
@@ -258,8 +267,10 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::WouldBlock`] if anyone is ahead (our node is deleted before it returns), else
-    /// as [`write`](Self::write).
+    /// * [`Error::WouldBlock`] if anyone is ahead (our node is deleted before it returns).
+    /// * [`Error::ConnectionLost`] at once if the session is not connected, or as soon as the
+    ///   connection drops, as [`try_read`](Self::try_read); nothing is held.
+    /// * Those of [`write`](Self::write).
     ///
     /// # Cancel safety
     ///

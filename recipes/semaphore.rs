@@ -102,7 +102,15 @@ impl Semaphore {
         self.get(Wait::Until(None)).await
     }
 
-    /// Waits for a lease up to `timeout`, then [`Error::Timeout`] (our node deleted).
+    /// Waits for a lease up to `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] when the time is up, with nothing held: within `timeout` whatever
+    ///   the connection does, as [`FairLock::lock_timeout`](crate::FairLock::lock_timeout)
+    ///   (our node is deleted before it returns while the connection is up, else in the
+    ///   background once it is back).
+    /// * Those of [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
     ///
@@ -112,7 +120,15 @@ impl Semaphore {
             .await
     }
 
-    /// Takes a lease only if one is free now, else [`Error::WouldBlock`].
+    /// Takes a lease only if one is free now.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::WouldBlock`] if no lease is free (our node is deleted before it returns).
+    /// * [`Error::ConnectionLost`] at once if the session is not connected, or as soon as the
+    ///   connection drops: it never waits for a reconnect (see
+    ///   [`FairLock::try_lock`](crate::FairLock::try_lock)); nothing is held.
+    /// * Those of [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
     ///

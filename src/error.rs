@@ -41,7 +41,8 @@ pub enum Error {
     InvalidArgument(String),
 
     /// The operation did not finish in time. For a lock, its contender node has been removed
-    /// (or is being removed in the background); try again later or with a longer timeout.
+    /// (or, if the connection is down, is removed in the background once it is back); try
+    /// again later or with a longer timeout.
     #[error("timed out; nothing is held: retry later or with a longer timeout")]
     Timeout,
 
@@ -64,7 +65,14 @@ pub enum Error {
 
     /// The connection was lost while a request was in flight: it may or may not have been
     /// applied on the server. Retry once the session is connected again.
-    #[error("connection to ZooKeeper lost while a request was in flight (the outcome is unknown); retry when reconnected")]
+    ///
+    /// A non-blocking acquire (`try_lock`, `try_read`, `try_write`, `try_acquire`) answers it
+    /// too when the connection is down as it is called (then nothing was sent) or drops
+    /// before it is answered: it does not wait for a reconnect, and cannot tell whether the
+    /// lock is free ([`Error::WouldBlock`] would claim it is not). Nothing is held then: a
+    /// contender node that its create may have made is deleted in the background once the
+    /// connection is back (or goes with the session).
+    #[error("connection to ZooKeeper lost or down (a request in flight may or may not have been applied); retry when reconnected")]
     ConnectionLost,
 
     /// The server refused the operation for lack of permission (ACL).

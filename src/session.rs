@@ -1221,6 +1221,21 @@ impl Session {
         let _ = events.wait_for(|e| *e == SessionEvent::Closed).await;
     }
 
+    /// Whether the session is connected, as last published: `Connected` or `Reconnected`
+    /// (not suspended, between sessions, or closed). Requests made while it is not wait for
+    /// the reconnect, or the end of the session (see [`disconnected`](Self::disconnected)).
+    pub(crate) fn is_connected(&self) -> bool {
+        connected(&self.state())
+    }
+
+    /// Resolves once the session is not connected (see [`is_connected`](Self::is_connected)):
+    /// at once if it is not now. For an operation that must not wait for a reconnect.
+    pub(crate) async fn disconnected(&self) {
+        let mut events = self.latest_state();
+        // An error means that the manager is gone: not connected either.
+        let _ = events.wait_for(|e| !connected(e)).await;
+    }
+
     /// The current epoch, waiting for one if the manager is between sessions.
     pub(crate) async fn epoch(&self) -> Result<Arc<Epoch>> {
         let mut events = self.latest_state();
@@ -1411,6 +1426,14 @@ impl Session {
     pub fn zk_session_info(&self) -> Option<zk::SessionInfo> {
         self.current_epoch().map(|e| e.session_info())
     }
+}
+
+/// Whether `event` says that the session is connected (see [`Session::is_connected`]).
+fn connected(event: &SessionEvent) -> bool {
+    matches!(
+        event,
+        SessionEvent::Connected { .. } | SessionEvent::Reconnected { .. }
+    )
 }
 
 thread_local! {

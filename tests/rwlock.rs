@@ -737,7 +737,12 @@ async fn expiry_of_a_reader_and_of_a_writer() {
     bounded("reader lost()", r.lost()).await;
     assert!(r.is_lost());
     let w = joined("writer after the reader expired", waiting).await;
-    // And our handle works again, in a new session, once the writer is done
+    // And our handle works again, in a new session, once the writer is done. A try does not
+    // wait for that session (it answers ConnectionLost while there is none): wait for it here.
+    doomed
+        .wait_connected(Duration::from_secs(10))
+        .await
+        .expect("no new session 10 s after the expiry");
     assert_eq!(
         bounded("try_read", mine.try_read()).await.unwrap_err(),
         Error::WouldBlock

@@ -1,6 +1,7 @@
 //! The session manager and the simple exclusive lock against a real ZooKeeper (issue 2).
 mod support;
 
+use futures::FutureExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,7 +9,8 @@ use support::zk::{children, raw, session, session_via_proxy};
 
 use zk_recipes::testing::{shared_server, unique_root};
 use zk_recipes::{
-    Error, ExclusiveLock, FairLock, LossPolicy, LossReason, Semaphore, Session, SessionEvent,
+    Election, Error, ExclusiveLock, FairLock, LossPolicy, LossReason, MultiLock, RwLock, Semaphore,
+    Session, SessionEvent,
 };
 
 /// Expiry while holding: lost() fires within the session timeout, the manager reports
@@ -791,4 +793,366 @@ fn every_holder_is_told_through_lost_when_its_sessions_runtime_ends_connected() 
 #[test]
 fn every_holder_is_told_through_lost_when_its_sessions_runtime_ends_disconnected() {
     runtime_end_tells_every_holder_through_lost(true);
+}
+
+/// Makes `dirs` (and their parents) as persistent nodes, so that a create queued while the
+/// connection is down finds its directory when it goes out after the reconnect (a container
+/// could be reaped meanwhile, and a create failing with `NoNode` would leave nothing to clean).
+async fn make_dirs(dirs: &[String]) {
+    let admin = raw().await;
+    let open = zk_recipes::zk::CreateMode::Persistent.with_acls(zk_recipes::zk::Acls::anyone_all());
+    for dir in dirs {
+        admin.mkdir(dir, &open).await.expect("mkdir");
+    }
+}
+
+/// The directory's cversion: it moves with every child created or deleted.
+async fn cversion(dir: &str) -> i32 {
+    raw()
+        .await
+        .check_stat(dir)
+        .await
+        .expect("stat")
+        .expect("the directory exists")
+        .cversion
+}
+
+/// Unblocks `proxy`, waits until `s` has reconnected in its first session, and sends one
+/// request through it: ZooKeeper answers a session's requests in order, so whatever the
+/// session queued while the connection was down has reached the server when this returns.
+async fn reconnect(s: &Session, proxy: &zk_recipes::testing::FaultProxy) {
+    proxy.set_blocked(false);
+    proxy.disarm();
+    let mut events = s.latest_state();
+    tokio::time::timeout(
+        Duration::from_secs(15),
+        events.wait_for(|e| {
+            matches!(
+                e,
+                SessionEvent::Connected { .. } | SessionEvent::Reconnected { .. }
+            )
+        }),
+    )
+    .await
+    .expect("the session had not reconnected 15 s after the proxy let it through")
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), s.read("/zookeeper"))
+        .await
+        .expect("a read after the reconnect was not answered in 10 s")
+        .expect("a read after the reconnect");
+}
+
+/// Waits (up to 10 s) until no node is left in `dirs`, where only `s` made any, and checks
+/// that `s` is still in its first session: its nodes were deleted by the cleanup of the
+/// abandoned acquires, not by the end of the session.
+async fn assert_no_node_left(s: &Session, dirs: &[String], context: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut left = Vec::new();
+        for dir in dirs {
+            for child in children(dir).await {
+                left.push(format!("{dir}/{child}"));
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{context}: nodes of ours still there 10 s after the reconnect: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        s.epoch_number(),
+        Some(1),
+        "{context}: the session ended, so its nodes went with it: the cleanup was not tested"
+    );
+}
+
+/// How long a bounded acquire may take past its own bound before a test calls it unbounded: a
+/// correctness bound with a wide margin, not a performance figure.
+const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
+/// Given a session whose connection is down (cut through its proxy, OnExpiry, so the session
+/// lives on), when each timed acquire is called with 300 ms, then each answers
+/// `Error::Timeout` within 2 s: a bounded wait is bounded whatever the connection does (it
+/// used to wait for the reconnect, or the client's own expiry at 7/5 of the session timeout,
+/// before its first step, create and list, was answered). And once the connection is back, the
+/// node each create made when it finally went out is deleted in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_acquires_answer_in_time_while_disconnected_and_leave_no_node() {
+    let root = unique_root("timed-cut");
+    let dirs: Vec<String> = ["fair", "rw", "sem", "elect", "simple"]
+        .iter()
+        .map(|d| format!("{root}/{d}"))
+        .collect();
+    make_dirs(&dirs).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let before = cversion(&dirs[0]).await;
+    cut_off(&s, &proxy).await;
+    let d = Duration::from_millis(300);
+    let (fair, rw) = (
+        FairLock::new(&s, &dirs[0]).unwrap(),
+        RwLock::new(&s, &dirs[1]).unwrap(),
+    );
+    let sem = Semaphore::new(&s, &dirs[2], 2).unwrap();
+    let election = Election::new(&s, &dirs[3], "candidate").unwrap();
+    let simple = ExclusiveLock::new(&s, format!("{}/lock", dirs[4])).unwrap();
+    type Answer = zk_recipes::Result<()>;
+    let calls: Vec<(&str, futures::future::BoxFuture<'_, Answer>)> = vec![
+        (
+            "FairLock::lock_timeout",
+            async { fair.lock_timeout(d).await.map(drop) }.boxed(),
+        ),
+        (
+            "RwLock::read_timeout",
+            async { rw.read_timeout(d).await.map(drop) }.boxed(),
+        ),
+        (
+            "RwLock::write_timeout",
+            async { rw.write_timeout(d).await.map(drop) }.boxed(),
+        ),
+        (
+            "Semaphore::acquire_timeout",
+            async { sem.acquire_timeout(d).await.map(drop) }.boxed(),
+        ),
+        (
+            "Election::campaign_timeout",
+            async { election.campaign_timeout(d).await.map(drop) }.boxed(),
+        ),
+        (
+            "ExclusiveLock::lock_timeout",
+            async { simple.lock_timeout(d).await.map(drop) }.boxed(),
+        ),
+    ];
+    for (name, call) in calls {
+        let started = Instant::now();
+        let answer = tokio::time::timeout(d + ANSWER_WITHIN, call)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{name}(300 ms) had not answered after {:?} while the connection was down",
+                    d + ANSWER_WITHIN
+                )
+            });
+        assert_eq!(
+            answer,
+            Err(Error::Timeout),
+            "{name}(300 ms) while the connection was down, answered after {:?}",
+            started.elapsed()
+        );
+    }
+    reconnect(&s, &proxy).await;
+    assert!(
+        cversion(&dirs[0]).await > before,
+        "the fair lock's create never reached the server: nothing was left to clean up"
+    );
+    assert_no_node_left(&s, &dirs, "timed acquires abandoned while disconnected").await;
+    s.close().await;
+}
+
+/// Given a session whose connection is down, when each non-blocking acquire is called, then
+/// each answers at once with `Error::ConnectionLost` (not `WouldBlock`: nobody knows whether
+/// the lock is taken), and leaves no node behind once the connection is back. It used to wait
+/// for the reconnect with no bound at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquires_answer_at_once_while_disconnected_and_leave_no_node() {
+    let root = unique_root("try-cut");
+    let dirs: Vec<String> = ["fair", "rw", "sem", "simple"]
+        .iter()
+        .map(|d| format!("{root}/{d}"))
+        .collect();
+    make_dirs(&dirs).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    cut_off(&s, &proxy).await;
+    let (fair, rw) = (
+        FairLock::new(&s, &dirs[0]).unwrap(),
+        RwLock::new(&s, &dirs[1]).unwrap(),
+    );
+    let sem = Semaphore::new(&s, &dirs[2], 2).unwrap();
+    let simple = ExclusiveLock::new(&s, format!("{}/lock", dirs[3])).unwrap();
+    type Answer = zk_recipes::Result<()>;
+    let calls: Vec<(&str, futures::future::BoxFuture<'_, Answer>)> = vec![
+        (
+            "FairLock::try_lock",
+            async { fair.try_lock().await.map(drop) }.boxed(),
+        ),
+        (
+            "RwLock::try_read",
+            async { rw.try_read().await.map(drop) }.boxed(),
+        ),
+        (
+            "RwLock::try_write",
+            async { rw.try_write().await.map(drop) }.boxed(),
+        ),
+        (
+            "Semaphore::try_acquire",
+            async { sem.try_acquire().await.map(drop) }.boxed(),
+        ),
+        (
+            "ExclusiveLock::try_lock",
+            async { simple.try_lock().await.map(drop) }.boxed(),
+        ),
+    ];
+    for (name, call) in calls {
+        let answer = tokio::time::timeout(ANSWER_WITHIN, call)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{name}() had not answered after {ANSWER_WITHIN:?} while the connection was down")
+            });
+        assert_eq!(
+            answer,
+            Err(Error::ConnectionLost),
+            "{name}() while the connection was down"
+        );
+    }
+    reconnect(&s, &proxy).await;
+    assert_no_node_left(&s, &dirs, "non-blocking acquires while disconnected").await;
+    s.close().await;
+}
+
+/// How the acquire of [`an_acquire_whose_create_was_applied_unseen`] is bounded.
+#[derive(Debug, Clone, Copy)]
+enum Bounded {
+    Timeout,
+    Try,
+}
+
+/// Given a free fair lock, when the reply to an acquire's create is lost with the connection
+/// (the server made the node; the client cannot tell) and the client cannot reconnect for
+/// 3 s, then a `lock_timeout(300 ms)` answers `Timeout`, and a `try_lock` `ConnectionLost`,
+/// within 2 s, and once the connection is back the node the create made is found by its
+/// protection id and deleted: nothing of ours is left to take the lock for nobody. (Both used
+/// to wait for the reconnect, and then took the lock.)
+async fn an_acquire_whose_create_was_applied_unseen(how: Bounded) {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let dir = format!("{}/lock", unique_root("create-unseen"));
+    make_dirs(std::slice::from_ref(&dir)).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(1),
+        FaultAction::Cut {
+            refuse_for: Duration::from_secs(3),
+        },
+    ));
+    let started = Instant::now();
+    let (call, expected) = match how {
+        Bounded::Timeout => (
+            lock.lock_timeout(Duration::from_millis(300)).boxed(),
+            Error::Timeout,
+        ),
+        Bounded::Try => (lock.try_lock().boxed(), Error::ConnectionLost),
+    };
+    let answer = tokio::time::timeout(ANSWER_WITHIN, call)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{how:?}: not answered {ANSWER_WITHIN:?} after its create's reply was lost ({:?})",
+                proxy.fault_status()
+            )
+        });
+    assert_eq!(
+        answer.map(|g| g.path().to_string()),
+        Err(expected),
+        "{how:?}, answered after {:?}, with the connection down",
+        started.elapsed()
+    );
+    // The fault refuses connections for 3 s; then the client reconnects by itself.
+    reconnect(&s, &proxy).await;
+    assert_no_node_left(
+        &s,
+        std::slice::from_ref(&dir),
+        &format!("{how:?} whose create was applied unseen"),
+    )
+    .await;
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_lock_whose_create_was_applied_unseen_answers_in_time_and_leaves_no_node() {
+    an_acquire_whose_create_was_applied_unseen(Bounded::Timeout).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_whose_create_was_applied_unseen_answers_at_once_and_leaves_no_node() {
+    an_acquire_whose_create_was_applied_unseen(Bounded::Try).await;
+}
+
+/// Given a fair lock held by another session and a waiter queued behind it, when the waiter's
+/// connection is cut while it waits, then its `lock_timeout(1 s)` answers `Timeout` within
+/// 2 s of its deadline (it used to wait up to 10 s for the deletion of its node, sent while
+/// disconnected), and once the connection is back its node is deleted: the holder's is the
+/// only one left. The same for a multi-lock whose first lock was taken before the cut (its
+/// release used to be awaited until the reconnect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_wait_cut_off_while_queued_answers_in_time_and_leaves_no_node() {
+    let root = unique_root("queued-cut");
+    let (free, held) = (format!("{root}/a"), format!("{root}/b"));
+    make_dirs(&[free.clone(), held.clone()]).await;
+    let holder = session().await;
+    let g = FairLock::new(&holder, &held).unwrap().lock().await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let d = Duration::from_secs(1);
+    for multi in [false, true] {
+        let what = if multi { "MultiLock" } else { "FairLock" };
+        let (fair, set) = (
+            FairLock::new(&s, &held).unwrap(),
+            MultiLock::new(&s, [&free, &held]).unwrap(),
+        );
+        let started = Instant::now();
+        let waiter = tokio::spawn(async move {
+            if multi {
+                set.lock_timeout(d).await.map(drop)
+            } else {
+                fair.lock_timeout(d).await.map(drop)
+            }
+        });
+        // Queued: the holder's node and ours.
+        let queued_by = Instant::now() + Duration::from_secs(5);
+        while children(&held).await.len() < 2 {
+            assert!(
+                Instant::now() < queued_by,
+                "{what}: the waiter did not queue in 5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cut_off(&s, &proxy).await;
+        let answer = tokio::time::timeout(d + ANSWER_WITHIN, waiter)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{what}::lock_timeout(1 s), cut off while queued, had not answered after {:?}",
+                    d + ANSWER_WITHIN
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            answer,
+            Err(Error::Timeout),
+            "{what}::lock_timeout(1 s) cut off while queued, answered after {:?}",
+            started.elapsed()
+        );
+        reconnect(&s, &proxy).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = (children(&free).await, children(&held).await);
+            if left.0.is_empty() && left.1 == [g.path().rsplit('/').next().unwrap()] {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: 10 s after the reconnect, {free} holds {:?} and {held} {:?} (the holder's is {})",
+                left.0,
+                left.1,
+                g.path()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(s.epoch_number(), Some(1), "{what}: the session ended");
+    }
+    g.release().await.unwrap();
+    s.close().await;
+    holder.close().await;
 }

@@ -19,6 +19,12 @@ enum Attempt {
 
 /// Acquires a place in the queue and waits until the rule grants it.
 ///
+/// # Bounds
+///
+/// `wait` is kept whatever the connection does (see [`bounded`]): `Wait::Until(Some(_))`
+/// answers [`Error::Timeout`] at its deadline, `Wait::Try` answers [`Error::ConnectionLost`]
+/// as soon as the session is not connected.
+///
 /// # Cancel safety
 ///
 /// Dropping the future deletes our node in the background (tracked by the session).
@@ -89,9 +95,11 @@ async fn acquire_after(
     let kind = crate::observe::kind_label(spec.kind);
     let span = tracing::info_span!(target: "zk_recipes", "acquire", path = %spec.dir, kind, node = Empty, epoch = Empty, session_id = Empty, outcome = Empty);
     let started = Instant::now();
-    let result =
-        tracing::Instrument::instrument(acquire_in_turn(session, spec, wait, held), span.clone())
-            .await;
+    let result = tracing::Instrument::instrument(
+        bounded(session, wait, acquire_in_turn(session, spec, wait, held)),
+        span.clone(),
+    )
+    .await;
     span.in_scope(|| crate::observe::acquired(kind, &result, started.elapsed()));
     result
 }
@@ -132,6 +140,78 @@ async fn acquire_in_turn(
                 }
                 tracing::info!(dir = spec.dir, %reason, "contender re-queues");
                 stale = left;
+            }
+        }
+    }
+}
+
+/// How long past its deadline a timed acquire still waits, while the session is connected,
+/// for the answers it awaits: the deletion of its node that its own wait sends at the
+/// deadline (see `Waiter::withdraw`), one round trip on a healthy connection, so that the node
+/// is gone when [`Error::Timeout`] is answered. Ends early if the connection drops.
+pub(crate) const WITHDRAW_MARGIN: Duration = Duration::from_millis(500);
+
+/// Keeps the promise of `wait` for `attempt` (an acquire), whatever the connection does.
+///
+/// Requests made while the connection is down wait for the reconnect, or for the end of the
+/// session (seconds: 7/5 of the session timeout with [`LossPolicy::OnExpiry`]), and so does
+/// every step of an acquire that awaits one: its first step (create our node and list the
+/// directory), the arming of its watches, the deletion of its node when it gives up. So
+/// instead of bounding each step, this drops `attempt`:
+///
+/// * `Wait::Until(Some(deadline))`: at the deadline, answers [`Error::Timeout`] at once if
+///   the session is not connected; if it is, the attempt's own wait has just withdrawn (its
+///   node's deletion is on its way) and is given up to [`WITHDRAW_MARGIN`] more to answer,
+///   less if the connection drops meanwhile.
+/// * `Wait::Try`: answers [`Error::ConnectionLost`] at once if the session is not connected
+///   when called (nothing is sent), or as soon as it is not ([`Error::Closed`] if closed).
+/// * `Wait::Until(None)`: waits as long as it takes.
+///
+/// Dropping an attempt is what cancelling the acquire does, and it is cancel safe: a node
+/// it may have created (even one whose create is still queued, or was applied unseen) is
+/// deleted by its [`Abandoned`](super::Abandoned) in the background, once the connection is
+/// back, while the session lives (and goes with the session otherwise). A grant is never
+/// dropped: the attempt is polled before the deadline is checked, and a granted node is
+/// handed on in the same poll.
+///
+/// [`LossPolicy::OnExpiry`]: crate::LossPolicy::OnExpiry
+pub(crate) async fn bounded<T>(
+    session: &Session,
+    wait: Wait,
+    attempt: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let not_connected = || {
+        if session.state() == crate::SessionEvent::Closed {
+            Error::Closed
+        } else {
+            Error::ConnectionLost
+        }
+    };
+    match wait {
+        Wait::Until(None) => attempt.await,
+        Wait::Until(Some(deadline)) => {
+            let mut attempt = std::pin::pin!(attempt);
+            if let Ok(done) = tokio::time::timeout_at(deadline.into(), attempt.as_mut()).await {
+                return done;
+            }
+            if !session.is_connected() {
+                return Err(Error::Timeout);
+            }
+            tokio::select! {
+                biased;
+                done = attempt => done,
+                _ = session.disconnected() => Err(Error::Timeout),
+                _ = tokio::time::sleep(WITHDRAW_MARGIN) => Err(Error::Timeout),
+            }
+        }
+        Wait::Try => {
+            if !session.is_connected() {
+                return Err(not_connected());
+            }
+            tokio::select! {
+                biased;
+                done = attempt => done,
+                _ = session.disconnected() => Err(not_connected()),
             }
         }
     }

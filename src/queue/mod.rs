@@ -70,6 +70,12 @@
 //! 8. **Connection loss during create.** The name carries a random protection id chosen before
 //!    the request is sent; when the outcome is unknown we look for the id among the children:
 //!    found in our session, it is ours; anything else is deleted, never adopted.
+//! 9. **Bounded waits stay bounded.** Requests made while the connection is down wait for the
+//!    reconnect, so a timed or non-blocking acquire does not wait for its own steps: at its
+//!    deadline (or, for a non-blocking one, as soon as the session is not connected) the
+//!    attempt is dropped, exactly as a cancelled `lock()` is, and the node it may have made is
+//!    cleaned up as in 6 and 8, in the background once the connection is back (see
+//!    `acquire::bounded`).
 
 mod acquire;
 mod cleanup;
@@ -87,7 +93,7 @@ use crate::error::Result;
 use crate::path::{validate_path, Layout, NodeKind, NodeName};
 use crate::session::Epoch;
 
-pub(crate) use acquire::{acquire, relock};
+pub(crate) use acquire::{acquire, bounded, relock};
 pub(crate) use cleanup::{decide_fixed, find_by_protection, Abandoned, Fixed};
 pub(crate) use contenders::contenders;
 pub use contenders::{list_contenders, roles, Contender, Role};
