@@ -57,6 +57,7 @@ use crate::session::{Op, Session};
 #[derive(Debug, Clone)]
 pub struct MultiLock {
     locks: Vec<FairLock>,
+    session: Session,
 }
 
 impl MultiLock {
@@ -91,7 +92,10 @@ impl MultiLock {
             .iter()
             .map(|p| FairLock::new(session, p))
             .collect::<Result<Vec<_>>>()?;
-        Ok(MultiLock { locks })
+        Ok(MultiLock {
+            locks,
+            session: session.clone(),
+        })
     }
 
     /// The lock paths, in the order they are taken.
@@ -130,6 +134,7 @@ impl MultiLock {
     fn map(self, f: impl Fn(FairLock) -> FairLock) -> Self {
         MultiLock {
             locks: self.locks.into_iter().map(f).collect(),
+            session: self.session,
         }
     }
 
@@ -154,7 +159,8 @@ impl MultiLock {
     ///
     /// [`Error::Timeout`] when the deadline passes, with nothing held: within `timeout`
     /// whatever the connection does, as [`FairLock::lock_timeout`]; the locks taken so far are
-    /// released in the background. Else as [`lock`](Self::lock).
+    /// released before it returns while connected, in the background once the connection is
+    /// back otherwise. Else as [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -170,7 +176,8 @@ impl MultiLock {
     ///
     /// [`Error::WouldBlock`] if one is held by someone else, or [`Error::ConnectionLost`] if
     /// the connection is down (see [`FairLock::try_lock`]), with nothing held: the locks taken
-    /// so far are released in the background. Else as [`lock`](Self::lock).
+    /// so far are released before it returns while connected, in the background once the
+    /// connection is back otherwise. Else as [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -204,11 +211,16 @@ impl MultiLock {
                             Take::Wait(None) => {
                                 let _ = release_all(guards).await;
                             }
-                            // A bounded take does not wait for the releases: they wait for
-                            // the connection if it is down. Dropped guards release in the
-                            // background (retried while their session lives).
+                            // A bounded take awaits the releases while connected (one round
+                            // trip), not past a lost connection, for which they would wait:
+                            // what is left of them then goes on in the background (a release
+                            // is cancel safe, and a guard not yet asked releases on drop).
                             Take::Try | Take::Wait(Some(_)) => {
-                                guards.into_iter().rev().for_each(drop);
+                                tokio::select! {
+                                    biased;
+                                    _ = release_all(guards) => {}
+                                    _ = self.session.disconnected() => {}
+                                }
                             }
                         }
                         return Err(err);

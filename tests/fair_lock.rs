@@ -793,8 +793,19 @@ async fn a_multi_lock_that_cannot_take_every_lock_holds_none() {
     );
     let r = locks.try_lock().await;
     assert!(matches!(r, Err(Error::WouldBlock)), "{r:?}");
+    // Connected: released before the error returns, not in the background.
+    assert_eq!(
+        children(&a).await,
+        Vec::<String>::new(),
+        "try_lock returned with our node still in {a}"
+    );
     let r = locks.lock_timeout(Duration::from_millis(300)).await;
     assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    assert_eq!(
+        children(&a).await,
+        Vec::<String>::new(),
+        "lock_timeout returned with our node still in {a}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         children(&a).await,
