@@ -529,8 +529,8 @@ struct RawPair {
     dir: String,
     node: String,
     mark: bool,
-    /// The writer watches its own node too, as our holder does (`lost()`): the server then
-    /// sends two notifications per release.
+    /// The writer watches its own node too, as our holder does (`lost()`), with a child watch
+    /// as ours: the server then sends two notifications per release, the watcher's first.
     own_watch: bool,
 }
 
@@ -563,7 +563,7 @@ impl RawPair {
             return Err("baseline node missing".into());
         }
         let own = if self.own_watch {
-            Some(self.writer.check_and_watch_stat(&self.node).await?.1)
+            Some(self.writer.get_and_watch_children(&self.node).await?.2)
         } else {
             None
         };

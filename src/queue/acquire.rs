@@ -282,7 +282,7 @@ struct Waiter<'a> {
     /// Whether more members were below `lower` when it was read: an empty window then does
     /// not mean that nothing blocks us, so the grant re-lists first.
     cut: bool,
-    /// The `exists` watch on our own node, once armed.
+    /// The watch on our own node ([`Epoch::watch_own`]), once armed.
     own_watch: Option<WatchFuture>,
     /// Whether our own node is known to exist: from a listing that contained it, until a
     /// plain deletion below us (an administrator deleting the directory deletes ours too, and
@@ -650,8 +650,8 @@ impl<'a> Waiter<'a> {
             Some(czxid) => czxid,
             // A relock's node, not read yet (see `czxid`): read it now, with the own-node
             // watch that the guard keeps.
-            None => match self.epoch.check_and_watch_stat(&self.my_path).await {
-                Ok((Some(stat), w)) if self.owns(&stat) => {
+            None => match self.epoch.watch_own(&self.my_path).await {
+                Ok(Some((stat, w))) if self.owns(&stat) => {
                     self.czxid = Some(stat.czxid);
                     self.own_watch = Some(Box::pin(w.changed()));
                     self.confirmed = true;
@@ -659,7 +659,7 @@ impl<'a> Waiter<'a> {
                 }
                 Ok(_) => return Ok(Some(self.node_deleted())),
                 Err(err) if is_unknown(&err) => return Ok(Some(self.requeue())),
-                Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
+                Err(err) => return Err(Error::zk("get_children", &self.my_path, err)),
             },
         };
         if !self.confirmed {
@@ -736,18 +736,18 @@ impl<'a> Waiter<'a> {
         let own = self
             .own_watch
             .is_none()
-            .then(|| epoch.check_and_watch_stat(&self.my_path));
+            .then(|| epoch.watch_own(&self.my_path));
         let watched = futures::future::join_all(watches).await;
         let mut unknown = false;
         if let Some(own) = own {
             match own.await {
-                Ok((Some(stat), w)) if self.owns(&stat) => {
+                Ok(Some((stat, w))) if self.owns(&stat) => {
                     self.czxid = Some(stat.czxid);
                     self.own_watch = Some(Box::pin(w.changed()))
                 }
                 Ok(_) => return Ok(Armed::Done(self.node_deleted())),
                 Err(err) if is_unknown(&err) => unknown = true,
-                Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
+                Err(err) => return Err(Error::zk("get_children", &self.my_path, err)),
             }
         }
         let mut armed = Vec::with_capacity(targets.len());
@@ -868,7 +868,7 @@ impl<'a> Waiter<'a> {
             },
             Woke::Own(event) => {
                 // Our own node changed: deleted by someone else, or the session ended. Any
-                // other event (a stale NodeCreated of an earlier exists watch): re-arm.
+                // other event (none is expected on a child watch): re-arm.
                 self.own_watch = None;
                 match event.event_type {
                     zk::EventType::Session => return Ok(Some(self.requeue())),

@@ -158,8 +158,9 @@ impl Holding {
                         zk::EventType::Session => return set(epoch_ended()),
                         zk::EventType::NodeDeleted => return set(LossReason::NodeDeleted),
                         _ => {
-                            // Anything else (a stale NodeCreated of an earlier exists watch in
-                            // this session, a data change): look again and re-arm.
+                            // Anything else (a child watch hears of nothing else on a node
+                            // that cannot have children, but should one come): look again
+                            // and re-arm.
                             let Some(epoch) = epoch_weak.upgrade() else {
                                 return set(epoch_ended());
                             };
@@ -757,12 +758,12 @@ pub(crate) enum Checked {
     Gated,
 }
 
-/// An own-node `exists` watch, armed (or found gated) on its first poll.
+/// An own-node watch ([`Epoch::watch_own`]), armed (or found gated) on its first poll.
 pub(crate) type OwnCheck = Pin<Box<dyn Future<Output = Checked> + Send>>;
 
-/// Sets the `exists` watch on our own node, unless the release is already queued: the gate
-/// orders the two, so no watch is ever set on a node after our own delete (ZooKeeper would
-/// keep such an `exists` watch, waiting for the node to be created again).
+/// Sets the watch on our own node ([`Epoch::watch_own`]), unless the release is already
+/// queued: the gate orders the two, so no watch is ever set on our node after our own
+/// release, whose write must use up the one we have (see `release_node`).
 fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bool>>) -> OwnCheck {
     Box::pin(async move {
         let check = {
@@ -770,10 +771,10 @@ fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bo
             if *closed {
                 return Checked::Gated;
             }
-            epoch.check_and_watch_stat(&path)
+            epoch.watch_own(&path)
         };
         match check.await {
-            Ok((Some(stat), w)) if stat.czxid == czxid => Checked::Armed(Box::pin(w.changed())),
+            Ok(Some((stat, w))) if stat.czxid == czxid => Checked::Armed(Box::pin(w.changed())),
             Ok(_) => Checked::Missing,
             Err(_) => Checked::Failed,
         }

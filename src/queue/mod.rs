@@ -18,7 +18,9 @@
 //!    (semaphore). Lower sequence numbers never reappear, so what we read below us can only
 //!    shrink: we never need to list again to learn about *new* blockers.
 //! 3. **No herd.** We watch the nearest blocker with an `exists` watch, plus our own node (to
-//!    notice it being deleted by someone else). A semaphore waiter with exactly `permits`
+//!    notice it being deleted by someone else) with a child watch, which a data change does
+//!    not fire and a deletion fires after the node's data watches: the waiter behind a
+//!    release hears of it before the releaser does (see [`Epoch::watch_own`]). A semaphore waiter with exactly `permits`
 //!    members below it is the head of the queue and watches all of them (each holds a lease;
 //!    whichever leaves first frees the one it needs, whatever the release order); a waiter
 //!    further back watches only its predecessor, which bumps its node's version when it is
