@@ -156,6 +156,9 @@ impl Holding {
                     };
                     match event.event_type {
                         zk::EventType::Session => return set(epoch_ended()),
+                        // Our own release, queued (the gate closed) before we were
+                        // stopped, is not a loss.
+                        zk::EventType::NodeDeleted if *gate.lock().unwrap() => return None,
                         zk::EventType::NodeDeleted => return set(LossReason::NodeDeleted),
                         _ => {
                             // Anything else (a child watch hears of nothing else on a node
@@ -530,11 +533,11 @@ impl Holding {
             self.lost_at_end = self.loss_reason();
         }
         self.released = true;
-        self.stop_monitor.cancel();
         let monitor = self.monitor.take();
         let epoch = match self.live_epoch() {
             Ok(epoch) => epoch,
             Err(err) => {
+                self.stop_monitor.cancel();
                 self.unclaim();
                 return Err(err);
             }
@@ -594,6 +597,13 @@ impl Holding {
         };
         self.session
             .spawn_tracked_sent(tracing::Instrument::in_current_span(task));
+        // Stopped only now that the release is queued: waking the monitor's task may have to
+        // wake a parked worker thread (15-25 µs from a thread outside the runtime, measured
+        // with `examples/bench_election`), and the first wake-up of a poll is the one that
+        // pays; the client's task, which sends the release, comes first. Until it stops, the
+        // monitor can only hear of our node's deletion, which the closed gate tells it is
+        // our own release.
+        self.stop_monitor.cancel();
         rx
     }
 
@@ -613,9 +623,9 @@ impl Holding {
     ///   is unknown after a connection loss), the task then releases the old node as a plain
     ///   release does, retried while the epoch lives: it finds `NoNode` if the transaction was
     ///   applied after all, and never leaves the old node (and the lock) held.
-    /// * The gate is closed and the monitor stopped before the request is sent, as in
-    ///   `release_node`: no own-node watch is set on the old node after it, and the one it has
-    ///   is used up by our own write.
+    /// * The gate is closed before the request is sent, as in `release_node`: no own-node
+    ///   watch is set on the old node after it, and the one it has is used up by our own
+    ///   write (the monitor, stopped just after, takes the deletion for ours).
     /// * Queue nodes only (a unique path per node): the shared-path check of the simple lock
     ///   does not apply.
     ///
@@ -629,10 +639,6 @@ impl Holding {
     ) -> tokio::sync::oneshot::Receiver<std::result::Result<Relocked, zk::Error>> {
         debug_assert!(self.is_queue_node(), "queue nodes only");
         self.released = true;
-        self.stop_monitor.cancel();
-        // This guard is over from now on, as a dropped one is: a `lost()` kept by a watchdog
-        // must not fire later, after the relock has handed out the next guard.
-        self.lost.cancel();
         let monitor = self.monitor.take();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (session, path, gate, lost, mark) = (
@@ -668,6 +674,11 @@ impl Holding {
         };
         self.session
             .spawn_tracked_sent(tracing::Instrument::in_current_span(task));
+        // After the request is queued, as in `start_release`. This guard is over from now on,
+        // as a dropped one is: a `lost()` kept by a watchdog must not fire later, after the
+        // relock has handed out the next guard.
+        self.stop_monitor.cancel();
+        self.lost.cancel();
         rx
     }
 }
@@ -683,19 +694,25 @@ impl Drop for Holding {
         if self.released {
             return;
         }
-        self.stop_monitor.cancel();
         if self.lost.is_cancelled() && !self.release_owed {
             // Lost: the node is gone or not ours to delete any more.
+            self.stop_monitor.cancel();
             self.unclaim();
             return;
         }
         let Some(epoch) = self.epoch() else {
+            self.stop_monitor.cancel();
             self.unclaim();
             return;
         };
         self.lost.cancel();
-        if self.mergeable && !self.release_owed && self.park() {
-            return;
+        if self.mergeable && !self.release_owed {
+            // Parked, nothing is sent before the next `lock()` or the deadline: stop the
+            // monitor first, as before a relock.
+            self.stop_monitor.cancel();
+            if self.park() {
+                return;
+            }
         }
         let monitor = self.monitor.take();
         // Nobody waits for the outcome: the task logs it.
