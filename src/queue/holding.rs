@@ -577,16 +577,16 @@ impl Holding {
     ) -> tokio::sync::oneshot::Receiver<std::result::Result<(), zk::Error>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let unclaim = std::mem::take(&mut self.claimed).then_some(self.czxid);
-        let (session, path, gate, lost) = (
+        let (session, path, gate, lost, stop) = (
             self.session.clone(),
             self.path.clone(),
             self.gate.clone(),
             self.lost.clone(),
+            self.stop_monitor.clone(),
         );
         let (mark, verify) = (self.mark_release, self.verify_czxid.then_some(self.czxid));
         let task = async move {
-            let result =
-                release_retrying(&session, &epoch, &path, mark, verify, &gate, monitor).await;
+            let result = release_retrying(&session, &epoch, &path, mark, verify, &gate).await;
             lost.cancel();
             if let Some(czxid) = unclaim {
                 session.unclaim(czxid);
@@ -594,16 +594,21 @@ impl Holding {
             if let Err(result) = tx.send(result) {
                 log_unheard_release(&path, &result);
             }
+            // Only now is the monitor stopped. Until then it can only hear of our node's
+            // deletion, which the closed gate tells it is our own release, and it ends by
+            // itself; woken earlier, its task ran beside the release's request, which waited
+            // for it (waking a parked worker costs 15-25 µs from a thread outside the runtime,
+            // measured with `examples/bench_election`), and on a 2-core machine it competed
+            // with the server for the CPU. Our write used up the own-node watch before its
+            // reply came (the server sends a write's notifications first); a watch handed
+            // back unfired (a parked release's, or a failed release's) is used up here.
+            stop.cancel();
+            if let Some(monitor) = monitor {
+                use_up_own_watch(monitor.await.ok().flatten()).await;
+            }
         };
         self.session
             .spawn_tracked_sent(tracing::Instrument::in_current_span(task));
-        // Stopped only now that the release is queued: waking the monitor's task may have to
-        // wake a parked worker thread (15-25 µs from a thread outside the runtime, measured
-        // with `examples/bench_election`), and the first wake-up of a poll is the one that
-        // pays; the client's task, which sends the release, comes first. Until it stops, the
-        // monitor can only hear of our node's deletion, which the closed gate tells it is
-        // our own release.
-        self.stop_monitor.cancel();
         rx
     }
 
@@ -665,8 +670,7 @@ impl Holding {
             // The waiter settles the new node; a dropped waiter's node is its `Abandoned`'s.
             let _ = tx.send(result);
             if failed {
-                let released =
-                    release_retrying(&session, &epoch, &path, mark, None, &gate, None).await;
+                let released = release_retrying(&session, &epoch, &path, mark, None, &gate).await;
                 log_unheard_release(&path, &released);
             }
             use_up_own_watch(own).await;
@@ -809,20 +813,9 @@ async fn release_retrying(
     mark: bool,
     verify: Option<i64>,
     gate: &Mutex<bool>,
-    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
 ) -> std::result::Result<(), zk::Error> {
     let first = verify.map_or(Check::None, Check::Czxid);
-    retrying(
-        epoch,
-        path,
-        mark,
-        verify,
-        first,
-        gate,
-        monitor,
-        Some(session),
-    )
-    .await
+    retrying(epoch, path, mark, verify, first, gate, Some(session)).await
 }
 
 /// Deletes the node at the shared `path` only while it is the one created at `czxid` (read
@@ -836,12 +829,11 @@ pub(super) async fn delete_if_czxid(
 ) -> std::result::Result<(), zk::Error> {
     let gate = Mutex::new(false);
     let first = Check::Czxid(czxid);
-    retrying(epoch, path, true, Some(czxid), first, &gate, None, None).await
+    retrying(epoch, path, true, Some(czxid), first, &gate, None).await
 }
 
 /// `serialize`: the session whose path serializer each attempt at a shared path takes, or
 /// `None` when the caller already holds it.
-#[allow(clippy::too_many_arguments)]
 async fn retrying(
     epoch: &Epoch,
     path: &str,
@@ -849,11 +841,10 @@ async fn retrying(
     verify: Option<i64>,
     first: Check,
     gate: &Mutex<bool>,
-    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
     serialize: Option<&Session>,
 ) -> std::result::Result<(), zk::Error> {
     let again_check = verify.map_or(Check::None, Check::Czxid);
-    let mut result = release_node(epoch, path, mark, first, gate, monitor, serialize).await;
+    let mut result = release_node(epoch, path, mark, first, gate, serialize).await;
     let mut backoff = Duration::from_millis(20);
     // Whether an attempt may have been applied without our hearing of it.
     let mut unheard = false;
@@ -875,7 +866,7 @@ async fn retrying(
         }
         backoff = (backoff * 2).min(Duration::from_secs(1));
         unheard |= matches!(&result, Err(e) if is_unknown(e));
-        result = release_node(epoch, path, mark, again_check, gate, None, serialize).await;
+        result = release_node(epoch, path, mark, again_check, gate, serialize).await;
     }
     match result {
         // Our first attempt was applied after all.
@@ -906,16 +897,15 @@ enum Check {
 
 /// Deletes our node, marked (set + delete in one multi, so a waiter takes over on one
 /// notification) or plain; with `verify`, only if the node at `path` still has that czxid
-/// (a path reused by later holders). The release is queued under the gate, then our own-node
-/// watch (handed back by the stopped monitor) is left to be used up by our own write: no
-/// RemoveWatches request, and the monitor is not waited for before the release is sent.
+/// (a path reused by later holders). The release is queued under the gate, which tells the
+/// holder's monitor (still running, see `start_release`) that the deletion it will hear of is
+/// ours; our own write uses up its own-node watch: no RemoveWatches request.
 async fn release_node(
     epoch: &Epoch,
     path: &str,
     mark: bool,
     check: Check,
     gate: &Mutex<bool>,
-    monitor: Option<tokio::task::JoinHandle<Option<OwnCheck>>>,
     serialize: Option<&Session>,
 ) -> std::result::Result<(), zk::Error> {
     // Held from before the read until the write is queued (requests are ordered at call time).
@@ -951,13 +941,7 @@ async fn release_node(
     // a guard's drop, or in the deadline thread under the parked releases' lock. An awaited
     // `release()` goes straight on.
     crate::session::pause_if_polled_in_place().await;
-    let own = match monitor {
-        Some(m) => m.await.ok().flatten(),
-        None => None,
-    };
-    let result = released.await;
-    use_up_own_watch(own).await;
-    result
+    released.await
 }
 
 /// Logs the outcome of a release nobody waits for (a dropped guard's, a relock's fallback).
@@ -971,7 +955,8 @@ fn log_unheard_release(path: &str, result: &std::result::Result<(), zk::Error>) 
 }
 
 /// Waits for our own-node watch, handed back by the stopped monitor, to be used up by our
-/// own release: it fires with our write (before its reply); an unsent check is `Gated`.
+/// own release: it fires with our write (before its reply; so at once once the reply is
+/// in); an unsent check is `Gated`.
 async fn use_up_own_watch(own: Option<OwnCheck>) {
     if let Some(own) = own {
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
