@@ -790,7 +790,10 @@ impl Epoch {
     /// release in three (45 to 90 µs later on a 2-core machine, seen in packet captures
     /// of `examples/bench_election`, 2026-11-26). An ephemeral node has no children, so the
     /// watch fires only on the node's deletion or the session's end; the client hands a
-    /// child watch no data or creation events.
+    /// child watch no data or creation events. Unlike `exists`, a listing needs READ on the
+    /// node, which a contender node's ACL always gives our identity ([`Self::contender_acls`]);
+    /// only a super user could take it away, and then arming fails (a holder's monitor arms
+    /// again, so it still learns of a deletion within its backoff).
     pub(crate) fn watch_own<'a>(
         &'a self,
         path: &str,

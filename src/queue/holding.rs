@@ -709,10 +709,10 @@ impl Drop for Holding {
             self.unclaim();
             return;
         };
-        self.lost.cancel();
         if self.mergeable && !self.release_owed {
             // Parked, nothing is sent before the next `lock()` or the deadline: stop the
             // monitor first, as before a relock.
+            self.lost.cancel();
             self.stop_monitor.cancel();
             if self.park() {
                 return;
@@ -721,6 +721,9 @@ impl Drop for Holding {
         let monitor = self.monitor.take();
         // Nobody waits for the outcome: the task logs it.
         drop(self.start_release(epoch, monitor));
+        // Told after the release is queued, so that waking a watchdog that waits on `lost()`
+        // does not delay the request (see `start_release`).
+        self.lost.cancel();
     }
 }
 
