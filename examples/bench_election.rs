@@ -96,6 +96,9 @@ usage: cargo run --release --features testing --example bench_election -- [optio
                       resignation (one more notification per failover)
   --probe-send        a diagnostic: when our resigning session handed its release to the
                       client library (the instant the library counts the request), per round
+  --stamps FILE       a diagnostic: write each measured clean failover and raw hand-off, with
+                      the wall-clock instants its clock started and stopped, to FILE (for
+                      scripts/handoff-capture, which lines them up with a packet capture)
 
 env: ZK_CONNECT=host:port use that ZooKeeper instead of starting one
 ";
@@ -111,6 +114,7 @@ struct Opts {
     current_thread: bool,
     spy: bool,
     probe_send: bool,
+    stamps: Option<PathBuf>,
 }
 
 fn parse_args() -> Res<Opts> {
@@ -124,6 +128,7 @@ fn parse_args() -> Res<Opts> {
         current_thread: false,
         spy: false,
         probe_send: false,
+        stamps: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -155,6 +160,10 @@ fn parse_args() -> Res<Opts> {
             "--current-thread" => o.current_thread = true,
             "--spy" => o.spy = true,
             "--probe-send" => o.probe_send = true,
+            "--stamps" => {
+                let v = args.get(at + 1).ok_or("--stamps needs a file")?;
+                o.stamps = Some(PathBuf::from(v));
+            }
             "-h" | "--help" => {
                 print!("{HELP}");
                 std::process::exit(0);
@@ -214,8 +223,32 @@ fn goal(what: &str, ratio: f64, limit: f64) {
     println!("  {what:<52} {ratio:>6.2}   goal <= {limit}: {verdict}");
 }
 
+/// With `--stamps`: one line per measured hand-off, `<variant> <path> <start> <stop>` (seconds
+/// since the epoch, the clock a packet capture uses), written out when the run ends. Only two
+/// clock reads are added to a measured round: the line is made after its clock has stopped.
+static STAMPS: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(None);
+
+/// The wall-clock instant matching `t0` (read right beside it).
+fn wall() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn stamp(variant: &str, path: &str, start: f64, took: Duration) {
+    if let Some(lines) = STAMPS.lock().unwrap().as_mut() {
+        lines.push(format!(
+            "{variant} {path} {start:.6} {:.6}",
+            start + took.as_secs_f64()
+        ));
+    }
+}
+
 fn main() -> Res<()> {
     let opts = parse_args()?;
+    if opts.stamps.is_some() {
+        *STAMPS.lock().unwrap() = Some(Vec::new());
+    }
     if opts.probe_send {
         metrics::set_global_recorder(send_probe::Probe)
             .map_err(|_| "a metrics recorder is installed already")?;
@@ -225,7 +258,14 @@ fn main() -> Res<()> {
     } else {
         tokio::runtime::Builder::new_multi_thread()
     };
-    runtime.enable_all().build()?.block_on(run(opts))
+    let stamps = opts.stamps.clone();
+    runtime.enable_all().build()?.block_on(run(opts))?;
+    if let Some(file) = stamps {
+        let lines = STAMPS.lock().unwrap().take().unwrap_or_default();
+        std::fs::write(&file, lines.join("\n") + "\n")?;
+        println!("{} hand-offs stamped in {}", lines.len(), file.display());
+    }
+    Ok(())
 }
 
 async fn run(opts: Opts) -> Res<()> {
@@ -555,7 +595,8 @@ impl RawPair {
         })
     }
 
-    async fn once(&self) -> Res<Duration> {
+    /// One hand-off: how long it took, and the wall-clock instant its clock started.
+    async fn once(&self) -> Res<(Duration, f64)> {
         let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
         self.writer.create(&self.node, b"", &ephemeral).await?;
         let (stat, watch) = self.watcher.check_and_watch_stat(&self.node).await?;
@@ -570,6 +611,7 @@ impl RawPair {
         // Idle as long as the failovers are before theirs (`SETTLE`): after a longer pause the
         // machine (CPU idle states, parked server threads) answers a little more slowly.
         tokio::time::sleep(SETTLE).await;
+        let start = wall();
         let t0 = Instant::now();
         let released = if self.mark {
             let mut multi = self.writer.new_multi_writer();
@@ -598,7 +640,16 @@ impl RawPair {
         if event.event_type != want {
             return Err(format!("baseline: unexpected event {event:?}").into());
         }
-        Ok(t1 - t0)
+        Ok((t1 - t0, start))
+    }
+
+    /// The name of this pair in `--stamps`.
+    fn variant(&self) -> &'static str {
+        match (self.mark, self.own_watch) {
+            (false, _) => "raw-delete",
+            (true, false) => "raw-multi",
+            (true, true) => "raw-multi-own",
+        }
     }
 
     async fn finish(self) -> Res<()> {
@@ -725,9 +776,10 @@ async fn rust_failover(
     for r in 0..clean_warmup + clean {
         // Round by round, so that the baseline sees the same moment's disk and load.
         for (series, pair) in out.raw.iter_mut().zip(raws) {
-            let d = pair.once().await?;
+            let (d, start) = pair.once().await?;
             if r >= clean_warmup {
                 series.push(d);
+                stamp(pair.variant(), &pair.node, start, d);
             }
         }
         wait_all().await?;
@@ -752,6 +804,7 @@ async fn rust_failover(
             None => None,
         };
         let sent: Vec<u64> = sessions.iter().map(Session::request_count).collect();
+        let start = wall();
         let t0 = Instant::now();
         leadership.resign().await?;
         let (n, t1, l) = next(&mut rx).await?;
@@ -772,6 +825,8 @@ async fn rust_failover(
                 out.send.push(sent_at - t0);
             }
             out.clean.push(t1 - t0);
+            let variant = if mark { "ours-mark" } else { "ours-default" };
+            stamp(variant, path, start, t1 - t0);
             out.wake_requests
                 .push(sessions[n].request_count().saturating_sub(sent[n]));
         }
