@@ -1156,3 +1156,87 @@ async fn a_timed_wait_cut_off_while_queued_answers_in_time_and_leaves_no_node() 
     s.close().await;
     holder.close().await;
 }
+
+/// Given a timed acquire queued behind a holder on a session whose connection stays up, when
+/// the server stops answering it (its proxy holds every request of the session from the
+/// withdrawal at the deadline on, for 5 s: a stalled server, not a cut), then the acquire
+/// still answers `Error::Timeout` within 2 s of its deadline: past the deadline it waits at
+/// most `WITHDRAW_MARGIN` (500 ms) for its node's deletion while connected. Without that
+/// bound it waited for the stalled deletion, 5 s. The connection is checked to have stayed
+/// up throughout (no `Suspended`), so that the margin, not the disconnected path, answered;
+/// and once the stall ends the waiter's node is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_acquire_answers_in_time_while_the_server_stalls_its_withdrawal() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let root = unique_root("stalled-withdraw");
+    let dir = format!("{root}/fair");
+    make_dirs(&[dir.clone()]).await;
+    let holder = session().await;
+    let g = FairLock::new(&holder, &dir).unwrap().lock().await.unwrap();
+    // A long session timeout, so that 5 s of held requests (pings included) do not make the
+    // client give up on the connection.
+    let (s, proxy) = session_via_proxy(Duration::from_secs(30), LossPolicy::OnExpiry).await;
+    let mut events = s.every_change();
+    let d = Duration::from_secs(1);
+    let stall = Duration::from_secs(5);
+    let fair = FairLock::new(&s, &dir).unwrap();
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move { fair.lock_timeout(d).await.map(drop) });
+    let queued_by = Instant::now() + Duration::from_secs(5);
+    while children(&dir).await.len() < 2 {
+        assert!(
+            Instant::now() < queued_by,
+            "the waiter did not queue in 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its watches are armed well before the deadline; the next request it sends is the
+    // withdrawal.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(1),
+        FaultAction::Stall(stall),
+    ));
+    let answer = tokio::time::timeout(d + ANSWER_WITHIN, waiter)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "lock_timeout(1 s), its withdrawal stalled by the server for {stall:?}, had not \
+                 answered after {:?}",
+                d + ANSWER_WITHIN
+            )
+        })
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(answer, Err(Error::Timeout), "answered after {took:?}");
+    assert!(
+        took < stall,
+        "answered after {took:?}, after the stall: the test proves nothing"
+    );
+    while let Ok(event) = events.try_recv() {
+        assert!(
+            !matches!(
+                event,
+                SessionEvent::Suspended { .. } | SessionEvent::Expired { .. }
+            ),
+            "the connection dropped ({event:?}): the disconnected path answered, not the margin"
+        );
+    }
+    let gone_by = Instant::now() + stall + Duration::from_secs(10);
+    while children(&dir).await.len() > 1 {
+        assert!(
+            Instant::now() < gone_by,
+            "the waiter's node was still there 10 s after the stall: {:?}",
+            children(&dir).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        s.epoch_number(),
+        Some(1),
+        "the session ended: nothing was cleaned up"
+    );
+    drop(g);
+    holder.close().await;
+    s.close().await;
+}
