@@ -791,9 +791,14 @@ impl Epoch {
     /// of `examples/bench_election`, 2026-11-26). An ephemeral node has no children, so the
     /// watch fires only on the node's deletion or the session's end; the client hands a
     /// child watch no data or creation events. Unlike `exists`, a listing needs READ on the
-    /// node, which a contender node's ACL always gives our identity ([`Self::contender_acls`]);
-    /// only a super user could take it away, and then arming fails (a holder's monitor arms
-    /// again, so it still learns of a deletion within its backoff).
+    /// node, which a contender node's ACL always gives our identity ([`Self::contender_acls`]).
+    /// Only a super user could take it away; then a waiter's arming fails with `NoAuth` (its
+    /// acquire answers that error and its node is deleted), and a holder's monitor arms again
+    /// every second. Either way such a session no longer hears of the node: ZooKeeper checks
+    /// READ before it delivers a watch event (seen with Debian's 3.8.0-11+deb12u2; upstream's
+    /// fix for CVE-2024-23944), `exists` watches included, so a holder whose node lost READ
+    /// learns of the node's deletion only when its session ends (the ignored test
+    /// `a_holder_whose_armed_node_loses_read_and_is_deleted_is_told`, `tests/own_watch.rs`).
     pub(crate) fn watch_own<'a>(
         &'a self,
         path: &str,

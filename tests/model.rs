@@ -87,6 +87,8 @@
 //!    long as the session lives. Polled for up to two seconds.
 //! 7. **No stuck actor.** Every actor finishes within `ACTOR_CAP`.
 
+mod support;
+
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -94,6 +96,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::Either;
 use futures::StreamExt;
+use support::rng::Rng;
 use tokio_util::sync::CancellationToken;
 use zk_recipes::testing::{
     Fault, FaultAction, FaultPoint, FaultProxy, FaultStatus, ServerOptions, ZooKeeperServer,
@@ -151,52 +154,6 @@ fn server() -> &'static ZooKeeperServer {
             "the model test's ZooKeeper server could not start: {e}\n\
              install it with: apt-get install -y zookeeper default-jre-headless"
         ),
-    }
-}
-
-/// SplitMix64: small, fast, and the same sequence everywhere for a seed.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0xE703_7ED1_A0B4_28DB)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(self.range(lo, hi))
-    }
-
-    /// Index by weight.
-    fn weighted(&mut self, weights: &[u64]) -> usize {
-        let mut x = self.below(weights.iter().sum());
-        for (i, w) in weights.iter().enumerate() {
-            if x < *w {
-                return i;
-            }
-            x -= w;
-        }
-        weights.len() - 1
     }
 }
 

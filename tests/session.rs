@@ -1170,7 +1170,7 @@ async fn a_timed_acquire_answers_in_time_while_the_server_stalls_its_withdrawal(
     use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
     let root = unique_root("stalled-withdraw");
     let dir = format!("{root}/fair");
-    make_dirs(&[dir.clone()]).await;
+    make_dirs(std::slice::from_ref(&dir)).await;
     let holder = session().await;
     let g = FairLock::new(&holder, &dir).unwrap().lock().await.unwrap();
     // A long session timeout, so that 5 s of held requests (pings included) do not make the

@@ -3,6 +3,7 @@
 //! * [`held`]: one guard or a multi-lock's guards, as the chaos suite holds them.
 //! * [`history`]: record who held what when, and check the history (mutual exclusion, fencing
 //!   tokens, FIFO order). Pure Rust, no ZooKeeper needed.
+//! * [`rng`]: the seeded generator of the randomized tests.
 //! * [`interop`]: run Apache Curator (`tests/interop/Interop.java`) and kazoo
 //!   (`tests/interop/kazoo_interop.py`) peers and turn their output into [`history::Event`]s.
 //! * [`zk`]: sessions and raw clients on the shared server of the crate's harness, which
@@ -14,4 +15,5 @@
 pub mod held;
 pub mod history;
 pub mod interop;
+pub mod rng;
 pub mod zk;
