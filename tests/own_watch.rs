@@ -43,16 +43,7 @@ fn no_read() -> Vec<zk::Acl> {
 // ------------------------------------------------------- the hand-off within one session
 
 fn seed() -> u64 {
-    std::env::var("ZKR_REVIEW_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                % 1_000_000
-        })
+    support::rng::seed_from_env("ZKR_REVIEW_SEED") % 1_000_000
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -738,15 +738,7 @@ fn runtime_end_case(
 /// connection was cut first and the pause before the end; the seed is printed and
 /// `ZKR_RUNTIME_END_SEED` replays it.
 fn runtime_end_tells_every_holder_through_lost(cut: bool) {
-    let seed: u64 = std::env::var("ZKR_RUNTIME_END_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = support::rng::seed_from_env("ZKR_RUNTIME_END_SEED");
     println!("ZKR_RUNTIME_END_SEED={seed}");
     let mut rng = seed;
     let mut next = move || {

@@ -3,6 +3,19 @@
 
 use std::time::Duration;
 
+/// The seed in the environment variable `var`, or a new one from the clock: the caller prints
+/// it, so that a failure can be replayed with `var=<seed>`.
+pub fn seed_from_env(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        })
+}
+
 /// SplitMix64: small, fast, and the same sequence everywhere for a seed.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
