@@ -874,13 +874,24 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 /// node each create made when it finally went out is deleted in the background.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_acquires_answer_in_time_while_disconnected_and_leave_no_node() {
+    timed_acquires_while_disconnected(LossPolicy::OnExpiry).await;
+}
+
+/// As [`timed_acquires_answer_in_time_while_disconnected_and_leave_no_node`], with the default
+/// loss policy (`Grace`): the cut is shorter than the grace, so the session's epoch lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_acquires_answer_in_time_while_disconnected_under_grace() {
+    timed_acquires_while_disconnected(LossPolicy::Grace).await;
+}
+
+async fn timed_acquires_while_disconnected(policy: LossPolicy) {
     let root = unique_root("timed-cut");
     let dirs: Vec<String> = ["fair", "rw", "sem", "elect", "simple"]
         .iter()
         .map(|d| format!("{root}/{d}"))
         .collect();
     make_dirs(&dirs).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), policy).await;
     let before = cversion(&dirs[0]).await;
     cut_off(&s, &proxy).await;
     let d = Duration::from_millis(300);
@@ -950,13 +961,24 @@ async fn timed_acquires_answer_in_time_while_disconnected_and_leave_no_node() {
 /// for the reconnect with no bound at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquires_answer_at_once_while_disconnected_and_leave_no_node() {
+    try_acquires_while_disconnected(LossPolicy::OnExpiry).await;
+}
+
+/// As [`try_acquires_answer_at_once_while_disconnected_and_leave_no_node`], with the default
+/// loss policy (`Grace`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquires_answer_at_once_while_disconnected_under_grace() {
+    try_acquires_while_disconnected(LossPolicy::Grace).await;
+}
+
+async fn try_acquires_while_disconnected(policy: LossPolicy) {
     let root = unique_root("try-cut");
     let dirs: Vec<String> = ["fair", "rw", "sem", "simple"]
         .iter()
         .map(|d| format!("{root}/{d}"))
         .collect();
     make_dirs(&dirs).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), policy).await;
     cut_off(&s, &proxy).await;
     let (fair, rw) = (
         FairLock::new(&s, &dirs[0]).unwrap(),
