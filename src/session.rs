@@ -786,9 +786,10 @@ impl Epoch {
     /// watches, and a deletion fires its data watches before its child watches. So the waiter
     /// behind us (an `exists` watch) hears of our release first, in a notification of its
     /// own, and ours follows with the deletion; with two `exists` watches the server sends
-    /// the two in the order of its hash set, and the waiter's came second in about one
-    /// release in three (45 to 90 µs later on a 2-core machine, seen in packet captures
-    /// of `examples/bench_election`, 2026-11-26). An ephemeral node has no children, so the
+    /// the two in the order of its hash set, and the waiter's came second in 45 of 106
+    /// releases (45 to 90 µs later on a 2-core machine, seen in packet captures of
+    /// `examples/bench_election`, 2026-11-26; its write threads still put ours first
+    /// sometimes, in 37 of 211 after the change). An ephemeral node has no children, so the
     /// watch fires only on the node's deletion or the session's end; the client hands a
     /// child watch no data or creation events. Unlike `exists`, a listing needs READ on the
     /// node, which a contender node's ACL always gives our identity ([`Self::contender_acls`]).
