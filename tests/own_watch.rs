@@ -54,11 +54,19 @@ enum Recipe {
 
 type Acquire = Pin<Box<dyn Future<Output = zk_recipes::Result<LockGuard>> + Send>>;
 
+#[derive(Clone)]
 enum Handle {
     Simple(ExclusiveLock),
     Fair(FairLock),
 }
 impl Handle {
+    fn new(recipe: Recipe, s: &zk_recipes::Session, path: &str) -> Handle {
+        match recipe {
+            Recipe::Simple => Handle::Simple(ExclusiveLock::new(s, path).unwrap()),
+            Recipe::Fair => Handle::Fair(FairLock::new(s, path).unwrap()),
+        }
+    }
+
     fn lock(&self) -> Acquire {
         match self {
             Handle::Simple(l) => {
@@ -105,25 +113,12 @@ async fn same_session_handoff(recipe: Recipe, seed: u64, rounds: u32) {
     let mut failures = Vec::new();
     for round in 0..rounds {
         let path = format!("{root}/r{round}");
-        let (a, b) = match recipe {
-            Recipe::Simple => {
-                let a = ExclusiveLock::new(&s, &path).unwrap();
-                let b = if rng.one_in(3) {
-                    a.clone()
-                } else {
-                    ExclusiveLock::new(&s, &path).unwrap()
-                };
-                (Handle::Simple(a), Handle::Simple(b))
-            }
-            Recipe::Fair => {
-                let a = FairLock::new(&s, &path).unwrap();
-                let b = if rng.one_in(3) {
-                    a.clone()
-                } else {
-                    FairLock::new(&s, &path).unwrap()
-                };
-                (Handle::Fair(a), Handle::Fair(b))
-            }
+        // B is A itself (a clone shares the handle) one time in three, else another handle.
+        let a = Handle::new(recipe, &s, &path);
+        let b = if rng.one_in(3) {
+            a.clone()
+        } else {
+            Handle::new(recipe, &s, &path)
         };
         let g1 = tokio::time::timeout(Duration::from_secs(10), a.lock())
             .await

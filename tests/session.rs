@@ -5,7 +5,7 @@ use futures::FutureExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::zk::{children, raw, session, session_via_proxy};
+use support::zk::{children, raw, session, session_via_proxy, wait_for_children};
 
 use zk_recipes::testing::{shared_server, unique_root};
 use zk_recipes::{
@@ -1124,14 +1124,12 @@ async fn a_timed_wait_cut_off_while_queued_answers_in_time_and_leaves_no_node() 
             }
         });
         // Queued: the holder's node and ours.
-        let queued_by = Instant::now() + Duration::from_secs(5);
-        while children(&held).await.len() < 2 {
-            assert!(
-                Instant::now() < queued_by,
-                "{what}: the waiter did not queue in 5 s"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_for_children(
+            &held,
+            2,
+            &format!("{what}: the waiter did not queue in 5 s"),
+        )
+        .await;
         cut_off(&s, &proxy).await;
         let answer = tokio::time::timeout(d + ANSWER_WITHIN, waiter)
             .await
@@ -1196,14 +1194,7 @@ async fn a_timed_acquire_answers_in_time_while_the_server_stalls_its_withdrawal(
     let fair = FairLock::new(&s, &dir).unwrap();
     let started = Instant::now();
     let waiter = tokio::spawn(async move { fair.lock_timeout(d).await.map(drop) });
-    let queued_by = Instant::now() + Duration::from_secs(5);
-    while children(&dir).await.len() < 2 {
-        assert!(
-            Instant::now() < queued_by,
-            "the waiter did not queue in 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_children(&dir, 2, "the waiter did not queue in 5 s").await;
     // Its watches are armed well before the deadline; the next request it sends is the
     // withdrawal.
     tokio::time::sleep(Duration::from_millis(300)).await;

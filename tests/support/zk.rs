@@ -38,6 +38,15 @@ pub async fn children(path: &str) -> Vec<String> {
     children_on(shared_server(), path).await
 }
 
+/// Waits until `path` has at least `n` children, panicking with `what` after 5 s.
+pub async fn wait_for_children(path: &str, n: usize, what: &str) {
+    let by = std::time::Instant::now() + Duration::from_secs(5);
+    while children(path).await.len() < n {
+        assert!(std::time::Instant::now() < by, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The children of `path` on `server` (none if it does not exist).
 pub async fn children_on(server: &ZooKeeperServer, path: &str) -> Vec<String> {
     let raw = zk::Client::connect(&server.connect_string())
