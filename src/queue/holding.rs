@@ -597,8 +597,8 @@ impl Holding {
             // Only now is the monitor stopped. Until then it can only hear of our node's
             // deletion, which the closed gate tells it is our own release, and it ends by
             // itself; woken earlier, its task ran beside the release's request, which waited
-            // for it (waking a parked worker costs 15-25 µs from a thread outside the runtime,
-            // measured with `examples/bench_election`), and on a 2-core machine it competed
+            // for it (waking a parked worker cost 13-23 µs from a thread outside the runtime, in
+            // probes of `examples/bench_election`), and on a 2-core machine it competed
             // with the server for the CPU. Our write used up the own-node watch before its
             // reply came (the server sends a write's notifications first); a watch handed
             // back unfired (a parked release's, or a failed release's) is used up here.
