@@ -454,7 +454,16 @@ async fn cut_off(s: &Session, proxy: &zk_recipes::testing::FaultProxy) {
     let mut events = s.latest_state();
     tokio::time::timeout(
         Duration::from_secs(10),
-        events.wait_for(|e| matches!(e, SessionEvent::Suspended { .. })),
+        // Under OnSuspend the epoch ends at once: `Expired`, then `Connecting`, may follow
+        // before this looks.
+        events.wait_for(|e| {
+            matches!(
+                e,
+                SessionEvent::Suspended { .. }
+                    | SessionEvent::Expired { .. }
+                    | SessionEvent::Connecting
+            )
+        }),
     )
     .await
     .expect("the session was not suspended")
@@ -838,7 +847,21 @@ async fn reconnect(s: &Session, proxy: &zk_recipes::testing::FaultProxy) {
 /// that `s` is still in its first session: its nodes were deleted by the cleanup of the
 /// abandoned acquires, not by the end of the session.
 async fn assert_no_node_left(s: &Session, dirs: &[String], context: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    assert_no_node_left_under(s, dirs, context, LossPolicy::OnExpiry).await;
+}
+
+/// As [`assert_no_node_left`]; under `OnSuspend` the cut ended the first session's epoch, so
+/// its nodes (if an acquire's create went out before that) go with that session: waited for
+/// up to the session timeout (10 s) plus 10 s, with no check of the epoch.
+async fn assert_no_node_left_under(
+    s: &Session,
+    dirs: &[String],
+    context: &str,
+    policy: LossPolicy,
+) {
+    let on_suspend = policy == LossPolicy::OnSuspend;
+    let wait = Duration::from_secs(if on_suspend { 20 } else { 10 });
+    let deadline = Instant::now() + wait;
     loop {
         let mut left = Vec::new();
         for dir in dirs {
@@ -851,9 +874,12 @@ async fn assert_no_node_left(s: &Session, dirs: &[String], context: &str) {
         }
         assert!(
             Instant::now() < deadline,
-            "{context}: nodes of ours still there 10 s after the reconnect: {left:?}"
+            "{context}: nodes of ours still there {wait:?} after the reconnect: {left:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if on_suspend {
+        return;
     }
     assert_eq!(
         s.epoch_number(),
@@ -882,6 +908,14 @@ async fn timed_acquires_answer_in_time_while_disconnected_and_leave_no_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_acquires_answer_in_time_while_disconnected_under_grace() {
     timed_acquires_while_disconnected(LossPolicy::Grace).await;
+}
+
+/// As [`timed_acquires_answer_in_time_while_disconnected_and_leave_no_node`], under
+/// `OnSuspend`: the cut ends the session's epoch at once, so each acquire waits for a new
+/// session, which cannot be made while the connection is down; its deadline still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_acquires_answer_in_time_while_disconnected_under_on_suspend() {
+    timed_acquires_while_disconnected(LossPolicy::OnSuspend).await;
 }
 
 async fn timed_acquires_while_disconnected(policy: LossPolicy) {
@@ -947,11 +981,13 @@ async fn timed_acquires_while_disconnected(policy: LossPolicy) {
         );
     }
     reconnect(&s, &proxy).await;
+    // Under OnSuspend no acquire has an epoch to create in: nothing to clean up.
     assert!(
-        cversion(&dirs[0]).await > before,
+        policy == LossPolicy::OnSuspend || cversion(&dirs[0]).await > before,
         "the fair lock's create never reached the server: nothing was left to clean up"
     );
-    assert_no_node_left(&s, &dirs, "timed acquires abandoned while disconnected").await;
+    let context = "timed acquires abandoned while disconnected";
+    assert_no_node_left_under(&s, &dirs, context, policy).await;
     s.close().await;
 }
 
@@ -969,6 +1005,13 @@ async fn try_acquires_answer_at_once_while_disconnected_and_leave_no_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquires_answer_at_once_while_disconnected_under_grace() {
     try_acquires_while_disconnected(LossPolicy::Grace).await;
+}
+
+/// As [`try_acquires_answer_at_once_while_disconnected_and_leave_no_node`], under
+/// `OnSuspend` (the cut has ended the session's epoch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquires_answer_at_once_while_disconnected_under_on_suspend() {
+    try_acquires_while_disconnected(LossPolicy::OnSuspend).await;
 }
 
 async fn try_acquires_while_disconnected(policy: LossPolicy) {
@@ -1022,7 +1065,8 @@ async fn try_acquires_while_disconnected(policy: LossPolicy) {
         );
     }
     reconnect(&s, &proxy).await;
-    assert_no_node_left(&s, &dirs, "non-blocking acquires while disconnected").await;
+    let context = "non-blocking acquires while disconnected";
+    assert_no_node_left_under(&s, &dirs, context, policy).await;
     s.close().await;
 }
 
