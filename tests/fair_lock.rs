@@ -1945,10 +1945,10 @@ async fn acquire_futures_keep_the_waiter_on_the_heap() {
     const MAX: usize = 4096;
     let root = unique_root("future-size");
     let s = session().await;
-    let fair = FairLock::new(&s, &format!("{root}/fair")).unwrap();
-    let sem = Semaphore::new(&s, &format!("{root}/sem"), 2).unwrap();
-    let rw = zk_recipes::RwLock::new(&s, &format!("{root}/rw")).unwrap();
-    let election = zk_recipes::Election::new(&s, &format!("{root}/election"), "me").unwrap();
+    let fair = FairLock::new(&s, format!("{root}/fair")).unwrap();
+    let sem = Semaphore::new(&s, format!("{root}/sem"), 2).unwrap();
+    let rw = zk_recipes::RwLock::new(&s, format!("{root}/rw")).unwrap();
+    let election = zk_recipes::Election::new(&s, format!("{root}/election"), "me").unwrap();
     let multi = MultiLock::new(&s, &[format!("{root}/a"), format!("{root}/b")]).unwrap();
     let t = Duration::from_secs(1);
     let sizes = [
