@@ -818,9 +818,10 @@ async fn cversion(dir: &str) -> i32 {
         .cversion
 }
 
-/// Unblocks `proxy`, waits until `s` has reconnected in its first session, and sends one
-/// request through it: ZooKeeper answers a session's requests in order, so whatever the
-/// session queued while the connection was down has reached the server when this returns.
+/// Unblocks `proxy`, waits until `s` is connected again (in its first session; under
+/// `OnSuspend`, in the next one), and sends one request through it: ZooKeeper answers a
+/// session's requests in order, so whatever the session queued while the connection was down
+/// has reached the server when this returns.
 async fn reconnect(s: &Session, proxy: &zk_recipes::testing::FaultProxy) {
     proxy.set_blocked(false);
     proxy.disarm();
@@ -845,20 +846,11 @@ async fn reconnect(s: &Session, proxy: &zk_recipes::testing::FaultProxy) {
 
 /// Waits (up to 10 s) until no node is left in `dirs`, where only `s` made any, and checks
 /// that `s` is still in its first session: its nodes were deleted by the cleanup of the
-/// abandoned acquires, not by the end of the session.
-async fn assert_no_node_left(s: &Session, dirs: &[String], context: &str) {
-    assert_no_node_left_under(s, dirs, context, LossPolicy::OnExpiry).await;
-}
-
-/// As [`assert_no_node_left`]; under `OnSuspend` the cut ended the first session's epoch, so
-/// its nodes (if an acquire's create went out before that) go with that session: waited for
-/// up to the session timeout (10 s) plus 10 s, with no check of the epoch.
-async fn assert_no_node_left_under(
-    s: &Session,
-    dirs: &[String],
-    context: &str,
-    policy: LossPolicy,
-) {
+/// abandoned acquires, not by the end of the session. Under `policy` `OnSuspend` the cut ended
+/// the first session's epoch, so its nodes (if an acquire's create went out before that) go
+/// with that session: waited for up to the session timeout (10 s) plus 10 s, with no check of
+/// the epoch.
+async fn assert_no_node_left(s: &Session, dirs: &[String], context: &str, policy: LossPolicy) {
     let on_suspend = policy == LossPolicy::OnSuspend;
     let wait = Duration::from_secs(if on_suspend { 20 } else { 10 });
     let deadline = Instant::now() + wait;
@@ -981,13 +973,14 @@ async fn timed_acquires_while_disconnected(policy: LossPolicy) {
         );
     }
     reconnect(&s, &proxy).await;
-    // Under OnSuspend no acquire has an epoch to create in: nothing to clean up.
+    // Under OnSuspend the cut ended the epoch before the acquires began: none of them need
+    // have created anything.
     assert!(
         policy == LossPolicy::OnSuspend || cversion(&dirs[0]).await > before,
         "the fair lock's create never reached the server: nothing was left to clean up"
     );
     let context = "timed acquires abandoned while disconnected";
-    assert_no_node_left_under(&s, &dirs, context, policy).await;
+    assert_no_node_left(&s, &dirs, context, policy).await;
     s.close().await;
 }
 
@@ -1066,7 +1059,7 @@ async fn try_acquires_while_disconnected(policy: LossPolicy) {
     }
     reconnect(&s, &proxy).await;
     let context = "non-blocking acquires while disconnected";
-    assert_no_node_left_under(&s, &dirs, context, policy).await;
+    assert_no_node_left(&s, &dirs, context, policy).await;
     s.close().await;
 }
 
@@ -1123,6 +1116,7 @@ async fn an_acquire_whose_create_was_applied_unseen(how: Bounded) {
         &s,
         std::slice::from_ref(&dir),
         &format!("{how:?} whose create was applied unseen"),
+        LossPolicy::OnExpiry,
     )
     .await;
     s.close().await;
