@@ -149,7 +149,8 @@ impl Semaphore {
     async fn get(&self, wait: Wait) -> Result<LockGuard> {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
         // A plain delete: the head waiter watches every holder and counts any deletion as a
-        // free permit; a data change on a lease means a grant (see `src/queue.rs`).
+        // free permit; a data change on a lease means a grant (see `src/queue/mod.rs`). A lease
+        // does not hold alone, so this is the default too: said here, where it matters.
         Ok(LockGuard::new(
             Holding::new(&self.session, granted)
                 .with_release_mark(false)

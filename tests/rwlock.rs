@@ -1092,3 +1092,86 @@ async fn an_acquire_of_the_other_kind_right_after_a_drop_in_a_block_on_body_find
     assert!(lock.contenders().await.unwrap().is_empty());
     s.close().await;
 }
+
+/// What a watcher of a released node hears. A writer's release is marked: the waiter behind
+/// it learns from the data change that it holds now, with no request. A reader's release is a
+/// plain deletion, whether released, dropped or relocked: its mark would grant nobody (the
+/// waiter behind a reader re-lists either way) and cost the server a second operation in every
+/// release. Fails if a read release is marked, or a write release is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_release_is_marked_and_a_read_release_is_a_plain_delete() {
+    use zk_recipes::zk;
+    let root = unique_root("rw-marks");
+    let s = session().await;
+    let lock = RwLock::new(&s, &root).unwrap();
+    let observer = bounded(
+        "observer connect",
+        zk::Client::connect(&shared_server().connect_string()),
+    )
+    .await
+    .expect("observer connects to the shared ZooKeeper");
+    // Watches `node` (which must exist), then awaits the event its release makes.
+    async fn heard<F: Future>(observer: &zk::Client, node: &str, release: F) -> zk::EventType {
+        let (stat, watch) = observer.check_and_watch_stat(node).await.unwrap();
+        assert!(stat.is_some(), "{node} exists before its release");
+        release.await;
+        bounded("the release's event", watch.changed())
+            .await
+            .event_type
+    }
+
+    let r = bounded("read", lock.read()).await.unwrap();
+    let node = r.path().to_string();
+    let event = heard(&observer, &node, async { r.release().await.unwrap() }).await;
+    assert_eq!(
+        event,
+        zk::EventType::NodeDeleted,
+        "an explicit read release"
+    );
+
+    let r = bounded("read", lock.read()).await.unwrap();
+    let node = r.path().to_string();
+    let event = heard(&observer, &node, async { drop(r) }).await;
+    assert_eq!(event, zk::EventType::NodeDeleted, "a dropped read guard");
+
+    let r = bounded("read", lock.read()).await.unwrap();
+    let node = r.path().to_string();
+    let mut next = None;
+    let event = heard(&observer, &node, async {
+        next = Some(bounded("relock_read", lock.relock_read(r)).await.unwrap());
+    })
+    .await;
+    assert_eq!(event, zk::EventType::NodeDeleted, "a read relock");
+    next.unwrap().release().await.unwrap();
+
+    let w = bounded("write", lock.write()).await.unwrap();
+    let node = w.path().to_string();
+    let event = heard(&observer, &node, async { w.release().await.unwrap() }).await;
+    assert_eq!(
+        event,
+        zk::EventType::NodeDataChanged,
+        "an explicit write release"
+    );
+
+    let w = bounded("write", lock.write()).await.unwrap();
+    let node = w.path().to_string();
+    let event = heard(&observer, &node, async { drop(w) }).await;
+    assert_eq!(
+        event,
+        zk::EventType::NodeDataChanged,
+        "a dropped write guard"
+    );
+
+    let w = bounded("write", lock.write()).await.unwrap();
+    let node = w.path().to_string();
+    let event = heard(&observer, &node, async {
+        w.downgrade().await.map(drop).unwrap()
+    })
+    .await;
+    assert_eq!(
+        event,
+        zk::EventType::NodeDataChanged,
+        "a downgrade's write node"
+    );
+    s.close().await;
+}

@@ -174,6 +174,7 @@ impl Holding {
             })
         };
         let kind = crate::observe::kind_of(&name);
+        let mark_release = super::holds_alone(name.kind);
         let span = tracing::info_span!(target: "zk_recipes", "hold", path = %path, node = %name.name, fencing_token = czxid);
         Holding {
             session: session.clone(),
@@ -192,7 +193,11 @@ impl Holding {
             gate,
             released: false,
             claimed: false,
-            mark_release: true,
+            // Only a node that holds alone is marked: the mark tells the waiter behind it that it
+            // holds now (`QueueSpec::mark_grants`). A reader's or a lease's mark grants nobody
+            // (the waiter behind it re-lists, as after a plain deletion), and would cost the
+            // server a second operation in every release.
+            mark_release,
             verify_czxid: false,
             mergeable: false,
             release_owed: false,
@@ -204,8 +209,8 @@ impl Holding {
         }
     }
 
-    /// Whether the release (explicit or on drop) marks the node before deleting it (default
-    /// `true`). Leader election turns it off by default: Curator's LeaderLatch only reacts to
+    /// Whether the release (explicit or on drop) marks the node before deleting it (default:
+    /// for a node that holds alone, see `holds_alone`). Leader election turns it off by default: Curator's LeaderLatch only reacts to
     /// NodeDeleted, so a marked release would leave a Curator follower waiting forever.
     pub(crate) fn with_release_mark(mut self, mark: bool) -> Holding {
         self.mark_release = mark;

@@ -26,9 +26,11 @@
 //!    further back watches only its predecessor, which bumps its node's version when it is
 //!    granted, so the waiter behind learns that it is the head now. A release wakes one
 //!    waiter; a head that was granted keeps the other holders' watches until they fire once.
-//! 4. **One notification per hand-off.** Our release is one `multi`: `set_data(node, MARK)` then
-//!    `delete(node)`, and a waiter whose watch fires NodeDataChanged on an exclusive node (a
-//!    lock, writer or leader node) takes the lock with no request at all. Why that is sound:
+//! 4. **One notification per hand-off.** The release of a node that holds alone (a lock,
+//!    writer or leader node) is one `multi`: `set_data(node, MARK)` then `delete(node)`, and a
+//!    waiter whose watch fires NodeDataChanged on such a node takes the lock with no request at
+//!    all. (A reader's or a lease's release is a plain `delete`: its mark would grant nobody,
+//!    and would cost the server a second operation in every release.) Why that is sound:
 //!    * *Only the node's own session can change its data.* Contender nodes are created with
 //!      an ACL that grants WRITE and ADMIN to a digest identity that only our session manager
 //!      knows (a random user and password per [`Session`], sent as an auth packet on every
@@ -119,7 +121,7 @@ pub(crate) enum Rule {
 }
 
 /// Whether a node of this kind, when it holds, holds alone.
-fn holds_alone(kind: NodeKind) -> bool {
+pub(super) fn holds_alone(kind: NodeKind) -> bool {
     matches!(kind, NodeKind::Lock | NodeKind::Write | NodeKind::Latch)
 }
 
