@@ -1100,7 +1100,16 @@ async fn an_acquire_of_the_other_kind_right_after_a_drop_in_a_block_on_body_find
 /// release. Fails if a read release is marked, or a write release is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_release_is_marked_and_a_read_release_is_a_plain_delete() {
-    use zk_recipes::zk;
+    use std::pin::Pin;
+    use zk_recipes::zk::{self, EventType};
+    #[derive(Debug, Clone, Copy)]
+    enum How {
+        Release,
+        Drop,
+        Relock,
+        Downgrade,
+    }
+    type Ending<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
     let root = unique_root("rw-marks");
     let s = session().await;
     let lock = RwLock::new(&s, &root).unwrap();
@@ -1110,68 +1119,55 @@ async fn a_write_release_is_marked_and_a_read_release_is_a_plain_delete() {
     )
     .await
     .expect("observer connects to the shared ZooKeeper");
-    // Watches `node` (which must exist), then awaits the event its release makes.
-    async fn heard<F: Future>(observer: &zk::Client, node: &str, release: F) -> zk::EventType {
-        let (stat, watch) = observer.check_and_watch_stat(node).await.unwrap();
-        assert!(stat.is_some(), "{node} exists before its release");
-        release.await;
-        bounded("the release's event", watch.changed())
-            .await
-            .event_type
+    let cases = [
+        ("read", How::Release, EventType::NodeDeleted),
+        ("read", How::Drop, EventType::NodeDeleted),
+        ("read", How::Relock, EventType::NodeDeleted),
+        ("write", How::Release, EventType::NodeDataChanged),
+        ("write", How::Drop, EventType::NodeDataChanged),
+        ("write", How::Relock, EventType::NodeDataChanged),
+        ("write", How::Downgrade, EventType::NodeDataChanged),
+    ];
+    for (kind, how, want) in cases {
+        let what = format!("a {kind} guard's {how:?}");
+        // Each ending leaves nothing held, so that the next case is granted at once.
+        let (node, ending): (String, Ending<'_>) = if kind == "read" {
+            let r = bounded(&what, lock.read()).await.unwrap();
+            let node = r.path().to_string();
+            let lock = &lock;
+            let ending: Ending<'_> = match how {
+                How::Release => Box::pin(async move { r.release().await.unwrap() }),
+                How::Drop => Box::pin(async move { drop(r) }),
+                How::Relock => Box::pin(async move {
+                    let next = lock.relock_read(r).await.unwrap();
+                    next.release().await.unwrap()
+                }),
+                How::Downgrade => unreachable!("a read guard has no downgrade"),
+            };
+            (node, ending)
+        } else {
+            let w = bounded(&what, lock.write()).await.unwrap();
+            let node = w.path().to_string();
+            let lock = &lock;
+            let ending: Ending<'_> = match how {
+                How::Release => Box::pin(async move { w.release().await.unwrap() }),
+                How::Drop => Box::pin(async move { drop(w) }),
+                How::Relock => Box::pin(async move {
+                    let next = lock.relock_write(w).await.unwrap();
+                    next.release().await.unwrap()
+                }),
+                How::Downgrade => Box::pin(async move {
+                    let read = w.downgrade().await.unwrap();
+                    read.release().await.unwrap()
+                }),
+            };
+            (node, ending)
+        };
+        let (stat, watch) = observer.check_and_watch_stat(&node).await.unwrap();
+        assert!(stat.is_some(), "{what}: {node} exists before its release");
+        bounded(&what, ending).await;
+        let event = bounded("the release's event", watch.changed()).await;
+        assert_eq!(event.event_type, want, "{what}");
     }
-
-    let r = bounded("read", lock.read()).await.unwrap();
-    let node = r.path().to_string();
-    let event = heard(&observer, &node, async { r.release().await.unwrap() }).await;
-    assert_eq!(
-        event,
-        zk::EventType::NodeDeleted,
-        "an explicit read release"
-    );
-
-    let r = bounded("read", lock.read()).await.unwrap();
-    let node = r.path().to_string();
-    let event = heard(&observer, &node, async { drop(r) }).await;
-    assert_eq!(event, zk::EventType::NodeDeleted, "a dropped read guard");
-
-    let r = bounded("read", lock.read()).await.unwrap();
-    let node = r.path().to_string();
-    let mut next = None;
-    let event = heard(&observer, &node, async {
-        next = Some(bounded("relock_read", lock.relock_read(r)).await.unwrap());
-    })
-    .await;
-    assert_eq!(event, zk::EventType::NodeDeleted, "a read relock");
-    next.unwrap().release().await.unwrap();
-
-    let w = bounded("write", lock.write()).await.unwrap();
-    let node = w.path().to_string();
-    let event = heard(&observer, &node, async { w.release().await.unwrap() }).await;
-    assert_eq!(
-        event,
-        zk::EventType::NodeDataChanged,
-        "an explicit write release"
-    );
-
-    let w = bounded("write", lock.write()).await.unwrap();
-    let node = w.path().to_string();
-    let event = heard(&observer, &node, async { drop(w) }).await;
-    assert_eq!(
-        event,
-        zk::EventType::NodeDataChanged,
-        "a dropped write guard"
-    );
-
-    let w = bounded("write", lock.write()).await.unwrap();
-    let node = w.path().to_string();
-    let event = heard(&observer, &node, async {
-        w.downgrade().await.map(drop).unwrap()
-    })
-    .await;
-    assert_eq!(
-        event,
-        zk::EventType::NodeDataChanged,
-        "a downgrade's write node"
-    );
     s.close().await;
 }
