@@ -30,9 +30,9 @@
 //! A writer's release is one `multi` that marks and deletes the node; a reader's is a plain
 //! `delete` (its mark would grant nobody). A reader woken by a marked writer release knows at
 //! once that it holds (nothing below a granted writer can exist, and only readers stand
-//! between it and us); a waiter woken by a plain deletion (a reader leaving, a
-//! cancelled waiter, a Curator or kazoo holder, an expired session) sends one request: a
-//! listing, or a check of its own node when the one that left was the last it knew of below it.
+//! between it and us); a waiter woken by a plain deletion (a reader leaving, a cancelled
+//! waiter, a Curator or kazoo holder, an expired session) sends one request: a listing, or a
+//! check of its own node when the one that left was the last it knew of below it.
 //!
 //! # Downgrade
 //!

@@ -148,13 +148,11 @@ impl Semaphore {
 
     async fn get(&self, wait: Wait) -> Result<LockGuard> {
         let granted = queue::acquire(&self.session, &self.spec, wait).await?;
-        // A plain delete: the head waiter watches every holder and counts any deletion as a
-        // free permit; a data change on a lease means a grant (see `src/queue/mod.rs`). A lease
-        // does not hold alone, so this is the default too: said here, where it matters.
+        // Released with a plain delete, as every node that does not hold alone is (see
+        // `Holding::new`): the head waiter watches every holder and counts any deletion as a
+        // free permit; a data change on a lease means a grant (see `src/queue/mod.rs`).
         Ok(LockGuard::new(
-            Holding::new(&self.session, granted)
-                .with_release_mark(false)
-                .revocable(self.spec.revocable),
+            Holding::new(&self.session, granted).revocable(self.spec.revocable),
         ))
     }
 }

@@ -210,8 +210,9 @@ impl Holding {
     }
 
     /// Whether the release (explicit or on drop) marks the node before deleting it (default:
-    /// for a node that holds alone, see `holds_alone`). Leader election turns it off by default: Curator's LeaderLatch only reacts to
-    /// NodeDeleted, so a marked release would leave a Curator follower waiting forever.
+    /// for a node that holds alone, see `holds_alone`). Leader election turns it off by
+    /// default: Curator's LeaderLatch only reacts to NodeDeleted, so a marked release would
+    /// leave a Curator follower waiting forever.
     pub(crate) fn with_release_mark(mut self, mark: bool) -> Holding {
         self.mark_release = mark;
         self
