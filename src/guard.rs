@@ -138,6 +138,10 @@ impl LockGuard {
     ///   (a version mismatch, a missing parent, ...): nothing was applied.
     /// * [`Error::InvalidPath`](crate::Error::InvalidPath) for a malformed path; nothing is
     ///   sent.
+    /// * [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an op that writes or
+    ///   creates a contender node of this crate (this guard's own among them): its data is the
+    ///   release mark that hands the lock on, so only the library writes it. Nothing is sent;
+    ///   keep your state in a node of your own.
     /// * [`Error::ConnectionLost`](crate::Error::ConnectionLost): the transaction may or may
     ///   not have been applied; read before retrying.
     ///

@@ -799,3 +799,139 @@ async fn guarded_writes_are_all_or_nothing_and_end_with_the_lock() {
     assert_eq!(s.read(&a).await.unwrap().unwrap().0, b"x");
     s.close().await;
 }
+
+/// What a holder may ask `guarded` to write on its own node, in
+/// [`a_guarded_write_never_writes_a_contender_node`].
+enum OwnNodeWrite {
+    SetData,
+    /// A create at a sibling named as our contenders are: it would pass for one of ours.
+    CreateLookalike,
+}
+
+/// A holder of each recipe whose guard offers `guarded`.
+enum Held {
+    Fair(zk_recipes::LockGuard),
+    Writer(zk_recipes::WriteGuard),
+    Leader(zk_recipes::Leadership),
+    Multi(zk_recipes::MultiGuard),
+}
+
+impl Held {
+    /// The path of the held node in `dir`.
+    fn own(&self, dir: &str) -> String {
+        let inside = format!("{dir}/");
+        let paths: Vec<String> = match self {
+            Held::Fair(g) => vec![g.path().to_string()],
+            Held::Writer(g) => vec![g.path().to_string()],
+            Held::Leader(g) => vec![g.path().to_string()],
+            Held::Multi(m) => m.guards().iter().map(|g| g.path().to_string()).collect(),
+        };
+        paths
+            .into_iter()
+            .find(|p| p.starts_with(&inside))
+            .expect("a guard of the lock under test")
+    }
+
+    async fn guarded(&self, ops: Vec<zk_recipes::Op>) -> zk_recipes::Result<()> {
+        match self {
+            Held::Fair(g) => g.guarded(ops).await.map(drop),
+            Held::Writer(g) => g.guarded(ops).await.map(drop),
+            Held::Leader(g) => g.guarded(ops).await.map(drop),
+            Held::Multi(m) => m.guarded(ops).await.map(drop),
+        }
+    }
+}
+
+/// Given a holder (fair lock, writer, leader, multi-lock) and a waiter of another session
+/// queued behind it, when the holder asks `guarded` to write its own node's data (say, its
+/// progress or its address) or to create a node named as ours beside it, then nothing is
+/// sent: the waiter is still waiting a second later, the node's data is unchanged, no node is
+/// created, and the call answers `InvalidArgument`. On the code before the fix the write was
+/// applied, and the waiter took the data change for the release mark and held beside the
+/// holder (found by a review, 2026-11-27). When the holder then releases, the waiter gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_write_never_writes_a_contender_node() {
+    use zk_recipes::{MultiLock, Op};
+    for how in [OwnNodeWrite::SetData, OwnNodeWrite::CreateLookalike] {
+        for recipe in ["fair lock", "writer", "leader", "multi-lock"] {
+            let root = unique_root("guarded-own-node");
+            let dir = format!("{root}/lock");
+            let (s1, s2) = (session().await, session().await);
+            let held = match recipe {
+                "fair lock" => Held::Fair(FairLock::new(&s1, &dir).unwrap().lock().await.unwrap()),
+                "writer" => Held::Writer(RwLock::new(&s1, &dir).unwrap().write().await.unwrap()),
+                "leader" => Held::Leader(
+                    Election::new(&s1, &dir, "one")
+                        .unwrap()
+                        .campaign()
+                        .await
+                        .unwrap(),
+                ),
+                _ => Held::Multi(
+                    MultiLock::new(&s1, [format!("{root}/other"), dir.clone()])
+                        .unwrap()
+                        .lock()
+                        .await
+                        .unwrap(),
+                ),
+            };
+            let own = held.own(&dir);
+            let mut waiting = match recipe {
+                "leader" => {
+                    let e = Election::new(&s2, &dir, "two").unwrap();
+                    tokio::spawn(async move { e.campaign().await.map(drop) })
+                }
+                "writer" => {
+                    let l = RwLock::new(&s2, &dir).unwrap();
+                    tokio::spawn(async move { l.read().await.map(drop) })
+                }
+                _ => {
+                    let l = FairLock::new(&s2, &dir).unwrap();
+                    tokio::spawn(async move { l.lock().await.map(drop) })
+                }
+            };
+            wait_for_children(&dir, 2).await;
+            // The waiter's watch on the holder's node is set within a round trip.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let admin = raw().await;
+            let (before, _) = admin.get_data(&own).await.unwrap();
+            let op = match how {
+                OwnNodeWrite::SetData => Op::set_data(own.clone(), "progress: 50%", None),
+                OwnNodeWrite::CreateLookalike => {
+                    let name = own.rsplit('/').next().unwrap();
+                    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
+                    Op::create(format!("{dir}/{stem}9999999999"), "x")
+                }
+            };
+            let wrote = held.guarded(vec![op]).await;
+            let early = tokio::time::timeout(Duration::from_secs(1), &mut waiting).await;
+            assert!(
+                early.is_err(),
+                "{recipe}: the waiter was granted while the holder's node {own} still exists \
+                 (the guarded write answered {wrote:?})"
+            );
+            let (after, _) = admin.get_data(&own).await.unwrap();
+            assert_eq!(
+                before, after,
+                "{recipe}: the holder's node data was written"
+            );
+            assert_eq!(
+                children(&dir).await.len(),
+                2,
+                "{recipe}: a node was created beside the contenders"
+            );
+            assert!(
+                matches!(wrote, Err(Error::InvalidArgument(_))),
+                "{recipe}: a guarded write to a contender node answered {wrote:?}, not InvalidArgument"
+            );
+            drop(held);
+            tokio::time::timeout(Duration::from_secs(5), waiting)
+                .await
+                .unwrap_or_else(|_| panic!("{recipe}: the waiter not granted after the release"))
+                .unwrap()
+                .unwrap();
+            s1.close().await;
+            s2.close().await;
+        }
+    }
+}
