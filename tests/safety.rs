@@ -272,6 +272,97 @@ async fn a_free_permit_reaches_the_head_waiter_in_any_release_order() {
     assert!(children(&dir).await.is_empty());
 }
 
+/// Which of C's requests the network holds up in
+/// [`a_free_permit_reaches_the_waiter_behind_a_head_granted_without_waiting`].
+#[derive(Debug, Clone, Copy)]
+enum HeldUp {
+    /// Its listing (request 2, after its create): D lists first, sees A, B and C below it,
+    /// and watches C alone; A leaves; C's listing then shows one holder: granted at once.
+    Listing,
+    /// Its arming (request 4, after create, listing and the directory's read): C, the head,
+    /// finds A gone when its watches are answered, lists again and is granted.
+    Arming,
+}
+
+/// permits = 2. A and B hold; C queues; D queues behind C and, seeing more than 2 members
+/// below it, watches C alone, to learn from the version bump of C's grant that it is the head
+/// of the queue. C's request is held up (`HeldUp`) while A releases, so that C is granted
+/// without ever waiting on a watch. When B then releases, one permit is free and D, the only
+/// waiter, must get it. On the code before the fix C bumped only if it had waited on a watch:
+/// D kept watching C at version 0 and the free permit sat idle until C released (found by a
+/// review, 2026-11-27, for `Arming`; `Listing` fails the same way).
+async fn a_free_permit_reaches_the_waiter_behind_a_head_granted_without_waiting(held: HeldUp) {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    use zk_recipes::LossPolicy;
+    let dir = unique_root("sem-unbumped-head");
+    let (sa, sb, sd) = (session().await, session().await, session().await);
+    let (sc, proxy) =
+        support::zk::session_via_proxy(Duration::from_secs(10), LossPolicy::Grace).await;
+    let a = Semaphore::new(&sa, &dir, 2)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let b = Semaphore::new(&sb, &dir, 2)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let k = match held {
+        HeldUp::Listing => 2,
+        HeldUp::Arming => 4,
+    };
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(k),
+        FaultAction::Stall(Duration::from_millis(1500)),
+    ));
+    let sem_c = Semaphore::new(&sc, &dir, 2).unwrap();
+    let mut c = tokio::spawn(async move { sem_c.acquire().await });
+    wait_for_children(&dir, 3).await;
+    let sem_d = Semaphore::new(&sd, &dir, 2).unwrap();
+    let mut d = tokio::spawn(async move { sem_d.acquire().await });
+    wait_for_children(&dir, 4).await;
+    // D's watch on C is set within a round trip.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.release().await.unwrap();
+    let c = tokio::time::timeout(Duration::from_secs(5), &mut c)
+        .await
+        .unwrap_or_else(|_| panic!("{held:?}: C not granted after A's release"))
+        .unwrap()
+        .expect("C acquire");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut d)
+            .await
+            .is_err(),
+        "{held:?}: D was granted a third permit"
+    );
+    b.release().await.unwrap();
+    // Only C holds now: one permit is free and D is the only waiter.
+    let d = tokio::time::timeout(Duration::from_secs(3), &mut d)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("{held:?}: a free permit sat idle: D, the only waiter, not granted within 3 s of B's release")
+        })
+        .unwrap()
+        .expect("D acquire");
+    d.release().await.unwrap();
+    c.release().await.unwrap();
+    assert!(children(&dir).await.is_empty());
+    for s in [sa, sb, sc, sd] {
+        s.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_permit_reaches_the_waiter_behind_a_head_granted_from_a_late_listing() {
+    a_free_permit_reaches_the_waiter_behind_a_head_granted_without_waiting(HeldUp::Listing).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_permit_reaches_the_waiter_behind_a_head_granted_while_arming() {
+    a_free_permit_reaches_the_waiter_behind_a_head_granted_without_waiting(HeldUp::Arming).await;
+}
+
 /// Given two holders of a 2-permit semaphore, a lock, a read lock, an election and a
 /// semaphore with another count on the same path are refused with a typed error and leave
 /// no node behind; the holders are untouched.

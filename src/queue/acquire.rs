@@ -690,9 +690,13 @@ impl<'a> Waiter<'a> {
         if self.waited {
             crate::observe::handoff(crate::observe::kind_label(self.spec.kind));
         }
-        if self.waited && matches!(self.spec.rule, Rule::Permits(_)) {
-            // The waiter behind us watches our node and learns from this version bump that it
-            // is now the head of the queue (see `watch_targets`). Sent now, awaited in the
+        if matches!(self.spec.rule, Rule::Permits(_)) {
+            // A waiter behind us may watch our node alone and learn from this version bump
+            // that it is now the head of the queue (see `watch_targets`): on every grant, not
+            // only after a wait. A waiter whose listing the server answered before ours saw
+            // more members below it than ours then showed (one left in between), and one that
+            // listed while we armed saw us not yet granted; either watches us, and without a
+            // bump would stay blind to a free permit until we leave. Sent now, awaited in the
             // background (it does not delay our grant) and retried after a blip while the
             // epoch lives: a lost bump would leave the next waiter blind to free permits.
             let bump = self.epoch.set_data(&self.my_path, &self.spec.data, Some(0));
