@@ -80,12 +80,18 @@ impl MultiLock {
                 "a multi-lock needs at least one path".into(),
             ));
         }
-        for pair in paths.windows(2) {
-            if pair[1].starts_with(&format!("{}/", pair[0])) {
-                return Err(Error::InvalidArgument(format!(
-                    "{} lies inside {}: lock paths of a multi-lock must not nest",
-                    pair[1], pair[0]
-                )));
+        // Each path's ancestors, looked up in the set: neighbours in sorted order are not
+        // enough, since a sibling such as `/a-b` sorts between `/a` and `/a/c`.
+        let set: std::collections::HashSet<&str> = paths.iter().map(String::as_str).collect();
+        for path in &paths {
+            let mut ancestor = path.as_str();
+            while let Some(cut) = ancestor.rfind('/').filter(|&cut| cut > 0) {
+                ancestor = &ancestor[..cut];
+                if set.contains(ancestor) {
+                    return Err(Error::InvalidArgument(format!(
+                        "{path} lies inside {ancestor}: lock paths of a multi-lock must not nest"
+                    )));
+                }
             }
         }
         let locks = paths

@@ -104,7 +104,9 @@ impl Revocation {
 /// ```
 pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocation> {
     validate_path(path)?;
+    // A child name: with a `/` it would name a node of another directory (another lock's).
     let name = NodeName::parse(node)
+        .filter(|_| !node.contains('/'))
         .ok_or_else(|| Error::InvalidArgument(format!("{node:?} is not a contender node name")))?;
     let node_path = join(path, node);
     let epoch = session.epoch().await?;

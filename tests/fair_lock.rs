@@ -832,7 +832,18 @@ async fn a_multi_lock_that_cannot_take_every_lock_holds_none() {
     );
     drop(held);
 
-    for bad in [vec![], vec![a.clone(), format!("{a}/inner")]] {
+    // Nested paths, also with a sibling that sorts between them (`-`, `.`, ` `, `!` sort
+    // before `/`): the check compared only sorted neighbours and let these through.
+    let mut nested = vec![vec![], vec![a.clone(), format!("{a}/inner")]];
+    for between in ["-b", ".b", " b", "!"] {
+        nested.push(vec![
+            a.clone(),
+            format!("{a}{between}"),
+            format!("{a}/inner"),
+        ]);
+        nested.push(vec![a.clone(), format!("{a}{between}"), format!("{a}/x/y")]);
+    }
+    for bad in nested {
         let r = MultiLock::new(&s, &bad);
         assert!(
             matches!(r, Err(Error::InvalidArgument(_))),

@@ -1026,3 +1026,32 @@ async fn a_guarded_write_never_writes_a_contender_node() {
         }
     }
 }
+
+/// `revoke(path, node)` takes `node` as a child name of `path`. A name with a `/` in it
+/// parsed as a contender name (a marker and trailing digits) and was joined to the path, so the
+/// request reached a node of another lock: here a Curator node of `<root>/sub` got
+/// `__REVOKE__` written into it (found by a review, 2026-11-27). It must be refused with
+/// `InvalidArgument`, nothing sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_refuses_a_node_name_with_a_slash() {
+    let root = unique_root("revoke-slash");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&root, b"", &open).await.unwrap();
+    admin
+        .create(&format!("{root}/sub"), b"", &open)
+        .await
+        .unwrap();
+    let name = "_c_0f9a2a2e-7d6e-4c4b-9a53-5b7f6f1d2c3b-lock-0000000000";
+    let other = format!("{root}/sub/{name}");
+    admin.create(&other, b"peer", &open).await.unwrap();
+    let s = session().await;
+    let r = zk_recipes::revoke(&s, &root, &format!("sub/{name}")).await;
+    let (data, _) = admin.get_data(&other).await.unwrap();
+    s.close().await;
+    assert_eq!(data, b"peer", "{other} was written: {r:?}");
+    assert!(
+        matches!(r, Err(Error::InvalidArgument(_))),
+        "a node name with '/' answered {r:?}"
+    );
+}
