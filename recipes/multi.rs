@@ -32,7 +32,7 @@ use futures::future::select_all;
 use crate::error::{Error, LossReason, Result};
 use crate::guard::LockGuard;
 use crate::path::Layout;
-use crate::queue::Holding;
+use crate::queue::{Holding, WITHDRAW_MARGIN};
 use crate::recipes::fair_lock::FairLock;
 use crate::session::{Op, Session};
 
@@ -164,9 +164,11 @@ impl MultiLock {
     /// # Errors
     ///
     /// [`Error::Timeout`] when the deadline passes, with nothing held: within `timeout`
-    /// whatever the connection does, as [`FairLock::lock_timeout`]; the locks taken so far are
-    /// released before it returns while connected, in the background once the connection is
-    /// back otherwise. Else as [`lock`](Self::lock).
+    /// whatever the connection does, as [`FairLock::lock_timeout`] (which may take half a
+    /// second more, while connected, to withdraw); the locks taken so far are released before
+    /// it returns while the server answers within that, in the background otherwise (once
+    /// the connection is back). A set taken again after one of its locks was lost while a
+    /// later one was awaited keeps the same deadline. Else as [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -182,8 +184,9 @@ impl MultiLock {
     ///
     /// [`Error::WouldBlock`] if one is held by someone else, or [`Error::ConnectionLost`] if
     /// the connection is down (see [`FairLock::try_lock`]), with nothing held: the locks taken
-    /// so far are released before it returns while connected, in the background once the
-    /// connection is back otherwise. Else as [`lock`](Self::lock).
+    /// so far are released before it returns while the server answers within half a second
+    /// of the call, in the background otherwise (once the connection is back). Else as
+    /// [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///
@@ -193,6 +196,7 @@ impl MultiLock {
     }
 
     async fn acquire(&self, take: Take) -> Result<MultiGuard> {
+        let started = Instant::now();
         // A set whose early lock was lost while a later one was awaited is taken again; a
         // session that keeps expiring ends the attempts.
         for _ in 0..5 {
@@ -213,22 +217,7 @@ impl MultiLock {
                 match taken {
                     Ok(guard) => guards.push(guard),
                     Err(err) => {
-                        match take {
-                            Take::Wait(None) => {
-                                let _ = release_all(guards).await;
-                            }
-                            // A bounded take awaits the releases while connected (one round
-                            // trip), not past a lost connection, for which they would wait:
-                            // what is left of them then goes on in the background (a release
-                            // is cancel safe, and a guard not yet asked releases on drop).
-                            Take::Try | Take::Wait(Some(_)) => {
-                                tokio::select! {
-                                    biased;
-                                    _ = release_all(guards) => {}
-                                    _ = self.session.disconnected() => {}
-                                }
-                            }
-                        }
+                        self.release_within(guards, take, started).await;
                         return Err(err);
                     }
                 }
@@ -236,9 +225,32 @@ impl MultiLock {
             if guards.iter().all(|g| !g.is_lost()) {
                 return Ok(MultiGuard { guards });
             }
-            let _ = release_all(guards).await;
+            self.release_within(guards, take, started).await;
         }
         Err(Error::LockLost(LossReason::SessionExpired))
+    }
+
+    /// Releases `guards`, taken by an acquire that gives up or starts over, within the bound
+    /// of `take`: `lock()` waits for them; a bounded acquire stops waiting at its deadline
+    /// (for `try_lock`, its start) plus [`WITHDRAW_MARGIN`], the time a single lock is given
+    /// to withdraw, or as soon as the connection drops (the releases would wait for it). What
+    /// is left then goes on in the background: a release is cancel safe, and a guard not yet
+    /// asked releases on drop.
+    async fn release_within(&self, guards: Vec<LockGuard>, take: Take, started: Instant) {
+        let bound = match take {
+            Take::Wait(None) => {
+                let _ = release_all(guards).await;
+                return;
+            }
+            Take::Wait(Some(deadline)) => deadline + WITHDRAW_MARGIN,
+            Take::Try => started + WITHDRAW_MARGIN,
+        };
+        tokio::select! {
+            biased;
+            _ = release_all(guards) => {}
+            _ = self.session.disconnected() => {}
+            _ = tokio::time::sleep_until(bound.into()) => {}
+        }
     }
 }
 

@@ -1987,3 +1987,115 @@ async fn acquire_futures_keep_the_waiter_on_the_heap() {
     assert!(children(&root).await.is_empty());
     s.close().await;
 }
+
+/// How the connection misbehaves in [`multi_lock_timeout_retake_case`].
+#[derive(Debug, Clone, Copy)]
+enum Misbehaves {
+    /// Holds every request up for 5 s, still connected (a silent server, a stalled route).
+    Stalls,
+    /// Cut, and reconnects refused for 5 s.
+    IsCut,
+}
+
+/// `MultiLock::lock_timeout` answers within its timeout (plus the half second a single lock
+/// may take to withdraw while connected) whatever the connection does. Here the set's early
+/// lock (`a`) is lost while its later lock (`b`) is awaited (an administrator deletes its
+/// node), `b` is then granted, and the release of the set before it is taken again meets a
+/// connection that misbehaves. That release was awaited with no bound: the answer came after
+/// 5.35 s (stalled) and 6.9 s (cut) for a 3 s timeout (found by a review, 2026-11-27).
+async fn multi_lock_timeout_retake_case(how: Misbehaves) {
+    use std::time::Instant;
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    use zk_recipes::MultiLock;
+    let root = unique_root("multi-retake-bounded");
+    let (a, b) = (format!("{root}/a"), format!("{root}/b"));
+    let (s1, proxy) = session_via_proxy(Duration::from_secs(30), LossPolicy::Grace).await;
+    let s2 = session().await;
+    let held_b = FairLock::new(&s2, &b).unwrap().lock().await.unwrap();
+    let multi = MultiLock::new(&s1, [&a, &b]).unwrap();
+    let timeout = Duration::from_secs(3);
+    let t0 = Instant::now();
+    let mut task = tokio::spawn(async move {
+        let r = multi.lock_timeout(timeout).await;
+        (r.map(drop), Instant::now())
+    });
+    // The multi-lock holds a and waits for b.
+    let end = Instant::now() + Duration::from_secs(5);
+    while !(children(&a).await.len() == 1 && children(&b).await.len() == 2) {
+        assert!(
+            Instant::now() < end,
+            "{how:?}: the multi-lock did not queue"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let a_node = format!("{a}/{}", children(&a).await[0]);
+    raw().await.delete(&a_node, None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let action = match how {
+        Misbehaves::Stalls => FaultAction::Stall(Duration::from_secs(5)),
+        Misbehaves::IsCut => FaultAction::Cut {
+            refuse_for: Duration::from_secs(5),
+        },
+    };
+    proxy.arm(Fault::new(FaultPoint::BeforeRequest(1), action));
+    held_b.release().await.unwrap();
+    let (r, at) = tokio::time::timeout(Duration::from_secs(20), &mut task)
+        .await
+        .unwrap_or_else(|_| panic!("{how:?}: no answer in 20 s"))
+        .unwrap();
+    let took = at - t0;
+    s1.close().await;
+    s2.close().await;
+    assert!(
+        took <= timeout + Duration::from_millis(700),
+        "{how:?}: lock_timeout({timeout:?}) answered {r:?} only after {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_lock_timeout_stays_bounded_when_retaking_on_a_stalled_connection() {
+    multi_lock_timeout_retake_case(Misbehaves::Stalls).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_lock_timeout_stays_bounded_when_retaking_on_a_cut_connection() {
+    multi_lock_timeout_retake_case(Misbehaves::IsCut).await;
+}
+
+/// The ordinary timeout of a multi-lock (its later lock stays held by another session) on a
+/// connection that goes silent a second in (every request held up for 6 s, still connected):
+/// the later lock's `lock_timeout` answers within its bound, but the release of the earlier
+/// one was awaited until the session was not connected, 6.5 s for a 2 s timeout where a
+/// single `FairLock::lock_timeout` answers after 2.5 s (found by a review, 2026-11-27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_lock_timeout_stays_bounded_on_a_silent_connection() {
+    use std::time::Instant;
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    use zk_recipes::MultiLock;
+    let root = unique_root("multi-silent-bounded");
+    let (a, b) = (format!("{root}/a"), format!("{root}/b"));
+    let (s1, proxy) = session_via_proxy(Duration::from_secs(30), LossPolicy::Grace).await;
+    let s2 = session().await;
+    let held_b = FairLock::new(&s2, &b).unwrap().lock().await.unwrap();
+    let multi = MultiLock::new(&s1, [&a, &b]).unwrap();
+    let timeout = Duration::from_secs(2);
+    // Every request from 1 s on is held up for 6 s.
+    let arm = async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        proxy.arm(Fault::new(
+            FaultPoint::BeforeRequest(1),
+            FaultAction::Stall(Duration::from_secs(6)),
+        ));
+    };
+    let t0 = Instant::now();
+    let (r, ()) = tokio::join!(multi.lock_timeout(timeout), arm);
+    let took = t0.elapsed();
+    assert!(
+        took <= timeout + Duration::from_millis(700),
+        "multi lock_timeout({timeout:?}) answered {:?} after {took:?}",
+        r.map(drop)
+    );
+    drop(held_b);
+    s1.close().await;
+    s2.close().await;
+}

@@ -97,7 +97,7 @@ use crate::error::Result;
 use crate::path::{validate_path, Layout, NodeKind, NodeName};
 use crate::session::Epoch;
 
-pub(crate) use acquire::{acquire, bounded, relock};
+pub(crate) use acquire::{acquire, bounded, relock, WITHDRAW_MARGIN};
 pub(crate) use cleanup::{decide_fixed, find_by_protection, Abandoned, Fixed};
 pub(crate) use contenders::contenders;
 pub use contenders::{list_contenders, roles, Contender, Role};
