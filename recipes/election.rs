@@ -216,7 +216,10 @@ impl Election {
     /// * [`Error::Closed`] if the session is closed.
     /// * [`Error::SessionExpired`] if the session expired while waiting and
     ///   [`with_requeue_on_expiry(false)`](Self::with_requeue_on_expiry) was set.
-    /// * [`Error::NoAuth`] if the path's ACL does not let this session create children.
+    /// * [`Error::NoAuth`] if the path's ACL does not let this session create children. Also, from
+    ///   a timed or `try_*` acquire that gives up, if the ACL lets it create its node but not
+    ///   delete it: the node then stays queued until the session ends (close the session to
+    ///   remove it), so the call does not answer as if nothing were left.
     /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
     /// * [`Error::ZooKeeper`] for other failures of the server.
     ///

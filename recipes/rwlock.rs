@@ -187,7 +187,10 @@ impl RwLock {
     /// * [`Error::Closed`] if the session is closed.
     /// * [`Error::SessionExpired`] if the session expired while waiting and
     ///   `with_requeue_on_expiry(false)` was set.
-    /// * [`Error::NoAuth`] if the ACL of the path does not let this session create children.
+    /// * [`Error::NoAuth`] if the ACL of the path does not let this session create children. Also, from
+    ///   a timed or `try_*` acquire that gives up, if the ACL lets it create its node but not
+    ///   delete it: the node then stays queued until the session ends (close the session to
+    ///   remove it), so the call does not answer as if nothing were left.
     /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
     ///
     /// # Cancel safety

@@ -1149,3 +1149,62 @@ async fn tls_client_port() {
     );
     drop(server);
 }
+
+/// A lock directory whose ACL lets anyone create and read but not delete (an operator's
+/// mistake): our node can be made but never withdrawn by us. A `try_lock` that finds the lock
+/// held and a `lock_timeout` that runs out answered `WouldBlock` and `Timeout`, which promise
+/// that nothing is left, while their nodes stayed queued for as long as the session lived,
+/// to block the lock when their turn came (found by a review, 2026-11-27). They must say
+/// `NoAuth` on the directory instead; and the `try_*` and timed acquires of the other queue
+/// recipes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_that_lets_us_create_but_not_delete_is_no_auth_not_a_clean_give_up() {
+    use zk::Permission as P;
+    let root = unique_root("acl-no-delete");
+    let acl = [zk::Acl::new(
+        P::READ | P::CREATE | P::WRITE | P::ADMIN,
+        zk::AuthId::anyone(),
+    )];
+    let admin = raw().await;
+    admin
+        .create(
+            &root,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl)),
+        )
+        .await
+        .unwrap();
+    let (s1, s2) = (session().await, session().await);
+    let held = zk_recipes::FairLock::new(&s1, &root)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let lock2 = zk_recipes::FairLock::new(&s2, &root).unwrap();
+    let tried = lock2.try_lock().await.map(drop);
+    let timed = lock2
+        .lock_timeout(Duration::from_millis(300))
+        .await
+        .map(drop);
+    let rw = zk_recipes::RwLock::new(&s2, &root).unwrap();
+    let read = rw.try_read().await.map(drop);
+    let elect = zk_recipes::Election::new(&s2, &root, "two")
+        .unwrap()
+        .campaign_timeout(Duration::from_millis(300))
+        .await
+        .map(drop);
+    for (what, r) in [
+        ("try_lock", &tried),
+        ("lock_timeout", &timed),
+        ("try_read", &read),
+        ("campaign_timeout", &elect),
+    ] {
+        assert!(
+            matches!(r, Err(Error::NoAuth { path }) if *path == root),
+            "{what} gave up with its node left queued and answered {r:?}, not NoAuth on {root}"
+        );
+    }
+    drop(held);
+    s1.close().await;
+    s2.close().await;
+}

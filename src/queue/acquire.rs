@@ -968,6 +968,14 @@ impl<'a> Waiter<'a> {
         .await
         {
             Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => self.pending.disarm(),
+            // Refused for good (a directory whose ACL lets us create but not delete): our
+            // node stays in the queue until the session ends, and will block it when its turn
+            // comes. Say so rather than `err`, which promises that nothing is left.
+            Ok(Err(refused)) if !is_unknown(&refused) => {
+                self.pending.disarm();
+                tracing::warn!(node = self.my_path, %refused, "cannot withdraw our contender node; it stays until the session ends");
+                return Error::zk("delete", &self.spec.dir, refused);
+            }
             _ => self.pending.clean_now(),
         }
         err
