@@ -66,9 +66,19 @@ pub async fn run(cli: Cli) -> Outcome {
         Command::Leader(a) => show::leader(&session, a, &mut signals).await,
         Command::Server(_) => unreachable!(),
     };
-    // After a loss there is nothing left to release: exit at once (the session's end on the
-    // server removes whatever is left), so that `zkr` is gone before the next holder starts.
+    // After a loss CMD is stopped already. Cut off, exit at once: the session's end on the
+    // server removes whatever is left, and `zkr` is gone before the next holder starts. Still
+    // connected (a node deleted by an administrator, a multi-lock that lost one of its locks),
+    // close the session first, briefly: the other locks of a multi-lock were held for the
+    // session timeout by a `zkr` that had exited.
     if matches!(&outcome, Err(fail) if fail.code == crate::EXIT_LOST) {
+        if matches!(
+            session.state(),
+            zk_recipes::SessionEvent::Connected { .. }
+                | zk_recipes::SessionEvent::Reconnected { .. }
+        ) {
+            let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
+        }
         return outcome;
     }
     let close_within = cli.global.session_timeout + Duration::from_secs(1);

@@ -2458,3 +2458,56 @@ fn metrics_addr_in_use_is_an_error_before_connecting() {
     );
     assert_eq!(out.code, 2, "a usage error; stderr:\n{}", out.stderr);
 }
+
+/// Given `zkr lock /a /b -- CMD` (the default 10 s session timeout, as a user runs it), when an
+/// administrator deletes `/a`'s node, then zkr stops CMD and exits 76, and `/b` is free at
+/// once: a `zkr lock --try` on it half a second later gets it. zkr used to exit without
+/// closing its session ("after a loss there is nothing left to release"), and `/b` stayed
+/// taken by a `zkr` that had exited, for the session timeout (10.1 s; found by a review,
+/// 2026-11-27).
+#[test]
+fn a_multi_lock_that_loses_one_lock_frees_the_others_when_zkr_exits() {
+    let root = unique_root("zkr-multi-lost");
+    let (a_path, b_path) = (format!("{root}/a"), format!("{root}/b"));
+    let (_dir, log) = log_file();
+    let script = format!(r#"echo "nodes $(echo $ZK_LOCK_NODES | tr '\n' ' ')" >> "$LOG"; {LOOP}"#);
+    let mut c = Command::new(ZKR);
+    c.env_remove("ZK_CONNECT")
+        .args(["--connect", &direct()])
+        .args([
+            "lock", "--grace", "200ms", &a_path, &b_path, "--", "sh", "-c", &script,
+        ]);
+    c.env("LOG", &log);
+    let mut p = Proc::spawn("zkr lock a b", c);
+    let nodes = wait_for_line(&log, "nodes ", Duration::from_secs(10));
+    let a_node = nodes["nodes ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(a_node.starts_with(&a_path), "{nodes}");
+    with_client({
+        let n = a_node.clone();
+        move |c| Box::pin(async move { c.delete(&n, None).await })
+    })
+    .unwrap();
+    assert_eq!(
+        p.wait(Duration::from_secs(5)),
+        76,
+        "stderr:\n{}",
+        p.stderr()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let left_b = children(&b_path);
+    let second = run(
+        "zkr lock --try b",
+        zkr(&direct(), &["lock", "--try", &b_path, "--", "true"]),
+        Duration::from_secs(10),
+    );
+    assert!(
+        left_b.is_empty() && second.code == 0,
+        "zkr exited 76, and 0.5 s later {b_path} still holds {left_b:?}; `zkr lock --try` on it exited {} ({})",
+        second.code,
+        second.stderr.trim()
+    );
+}
