@@ -232,6 +232,10 @@ impl Supervised {
                 format!("cannot start CMD's supervising process: {e}"),
             )
         };
+        // A child subreaper, as the supervisor is: if the supervisor dies (killed alone),
+        // what CMD started, in its group or out of it, is re-parented to us and stopped here
+        // (`finish`) before the lock is released.
+        nix::sys::prctl::set_child_subreaper(true).map_err(|e| fail(&e))?;
         let (ctl_r, ctl_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail(&e))?;
         let (rep_r, rep_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail(&e))?;
         let (ctl_fd, rep_fd) = (ctl_r.as_raw_fd(), rep_w.as_raw_fd());
@@ -339,6 +343,11 @@ impl Supervised {
             signals::kill_group(self.pgid, signals::SIGKILL);
         }
         let _ = self.process.wait().await;
+        if status.is_none() {
+            // The supervisor died without cleaning up: what CMD started outside its group
+            // was re-parented to us (a subreaper too, see `start`).
+            crate::supervise::kill_orphans(grace + Duration::from_secs(2));
+        }
         status
     }
 }

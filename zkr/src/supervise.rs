@@ -21,7 +21,9 @@
 //!   group (setsid, double fork) is re-parented to the supervisor when its parent dies, so it
 //!   can still be found and stopped;
 //! * gives CMD the `PR_SET_PDEATHSIG` SIGKILL too, for the case where the supervisor itself is
-//!   killed;
+//!   killed; `zkr` is a child subreaper as well, so what CMD started is re-parented to `zkr`
+//!   then, which SIGKILLs it before releasing the lock (`kill_orphans`);
+//! * names itself `zk-supervise` (`PR_SET_NAME`), so that `pkill zkr` leaves it to clean up;
 //! * when stdin is a terminal and `zkr` is in the terminal's foreground process group, makes
 //!   CMD's group the foreground group (`tcsetpgrp`, from the child before it runs CMD and from
 //!   the supervisor, with SIGTTOU blocked as a shell does) and takes the terminal back when
@@ -58,6 +60,9 @@ use nix::unistd::{getpgrp, getpid, getppid, isatty, setpgid, tcgetpgrp, tcsetpgr
 
 /// The hidden subcommand: `zkr __supervise PPID CTL_FD REPORT_FD GRACE_MS -- CMD...`.
 pub const SUBCOMMAND: &str = "__supervise";
+
+/// The supervisor's process name (`ps`, `pkill`, `killall`): without `zkr` in it.
+pub const SUPERVISOR_NAME: &std::ffi::CStr = c"zk-supervise";
 
 /// The arguments `zkr` passes.
 struct Args {
@@ -171,6 +176,11 @@ impl Supervisor {
             return Err("zkr is gone already".into());
         }
         prctl::set_child_subreaper(true).map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
+        // A name of our own for `ps` (run as `/proc/self/exe`, we would show as `exe`),
+        // without `zkr` in it, so that `pkill zkr` or `killall -9 zkr` meant for zkr leaves
+        // us alive to stop what CMD started: killed together, a process CMD moved out of its
+        // group (setsid) would outlive both (see the README's zkr section).
+        let _ = prctl::set_name(SUPERVISOR_NAME);
         let zkr_pgrp = getpgrp();
         // Out of zkr's process group, so that a signal to that group (a shell's `kill -9
         // %job`) leaves us alive to clean up.
@@ -532,6 +542,14 @@ fn process_state(pid: Pid) -> Option<char> {
 /// Our children other than CMD that are still running: processes CMD started that were
 /// re-parented to us (we are a child subreaper) after their parent ended.
 fn adopted(cmd: Pid) -> Vec<Pid> {
+    children(false)
+        .into_iter()
+        .filter(|pid| *pid != cmd)
+        .collect()
+}
+
+/// This process's children (zombies too if `zombies`), read from `/proc`.
+fn children(zombies: bool) -> Vec<Pid> {
     let me = getpid().as_raw().to_string();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -542,11 +560,33 @@ fn adopted(cmd: Pid) -> Vec<Pid> {
         .filter_map(|pid| {
             let fields = stat_fields(&pid)?;
             // fields[0] is the state, fields[1] the parent pid.
-            (fields.get(1)? == &me && fields.first()? != "Z").then(|| pid.parse().ok())?
+            (fields.get(1)? == &me && (zombies || fields.first()? != "Z"))
+                .then(|| pid.parse().ok())?
         })
         .map(Pid::from_raw)
-        .filter(|pid| *pid != cmd)
         .collect()
+}
+
+/// For `zkr`, a child subreaper too, once its supervisor has died without reporting CMD's
+/// end (killed alone, say by the OOM killer): CMD and whatever it started that left its
+/// process group were re-parented to `zkr`. SIGKILLs and reaps every child of ours, again
+/// and again (a killed process's children come to us in turn), until none is left or
+/// `within` has passed. Only for after the supervisor has been reaped: it waits for any child.
+pub fn kill_orphans(within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = children(true);
+        if left.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        for pid in &left {
+            let _ = kill(*pid, Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        for pid in left {
+            let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+        }
+    }
 }
 
 #[cfg(test)]

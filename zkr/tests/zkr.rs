@@ -2511,3 +2511,146 @@ fn a_multi_lock_that_loses_one_lock_frees_the_others_when_zkr_exits() {
         second.stderr.trim()
     );
 }
+
+/// The processes of `zkr`'s tree: `zkr` itself and its descendants, with their names
+/// (`/proc/PID/comm`, what `pkill` and `killall` match).
+fn tree_of(root: i32) -> Vec<(i32, String)> {
+    let mut all = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().into_string().unwrap_or_default();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let ppid: i32 = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        let comm = std::fs::read_to_string(format!("/proc/{name}/comm")).unwrap_or_default();
+        all.push((name.parse::<i32>().unwrap(), ppid, comm.trim().to_string()));
+    }
+    let mut tree = vec![(root, String::new())];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i].0;
+        for (pid, ppid, comm) in &all {
+            if *ppid == parent {
+                tree.push((*pid, comm.clone()));
+            }
+        }
+        i += 1;
+    }
+    tree[0].1 = all
+        .iter()
+        .find(|(pid, ..)| *pid == root)
+        .map(|(.., comm)| comm.clone())
+        .unwrap_or_default();
+    tree
+}
+
+/// A CMD that starts a child in its own process group and one that leaves the group
+/// (`setsid`), and logs their pids.
+fn escaping_script() -> String {
+    format!(
+        r#"echo "cmd $$" >> "$LOG"
+sh -c '{LOOP}' & echo "child $!" >> "$LOG"
+setsid sh -c '{LOOP}' & echo "escaped $!" >> "$LOG"
+echo ready >> "$LOG"; wait"#
+    )
+}
+
+/// Which processes of zkr's tree are killed in [`killed_case`].
+#[derive(Debug, Clone, Copy)]
+enum Killed {
+    /// The supervisor alone (the OOM killer's pick, an operator's `kill -9 PID`).
+    Supervisor,
+    /// Every process named `zkr`, as `pkill -9 -x zkr` or `killall -9 zkr` does.
+    ByName,
+}
+
+/// Given `zkr lock P -- CMD` where CMD starts a child in its group and one out of it
+/// (`setsid`), when `killed` processes of zkr's tree get SIGKILL, then no process of CMD's
+/// runs once the lock is free. The supervisor killed alone (found by a review, 2026-11-27)
+/// left the escaped child re-parented to init, still running after zkr had released the
+/// lock and exited: `zkr` is now a child subreaper too, and stops what comes to it. Killing
+/// by name passed before as well (the supervisor, run as `/proc/self/exe`, was named `exe`);
+/// it keeps the supervisor out of a `pkill zkr` now that it has a name of its own.
+fn killed_case(killed: Killed) {
+    let path = format!("{}/job", unique_root("zkr-killed-tree"));
+    let (_dir, log) = log_file();
+    let mut c = zkr(
+        &direct(),
+        &["lock", &path, "--", "sh", "-c", &escaping_script()],
+    );
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("zkr lock", c);
+    wait_for_line(&log, "ready", Duration::from_secs(10));
+    let pids: Vec<(&str, i32)> = ["cmd", "child", "escaped"]
+        .into_iter()
+        .map(|n| (n, pid_of(&log, n)))
+        .collect();
+    let tree = tree_of(a.pid());
+    let targets: Vec<i32> = match killed {
+        Killed::Supervisor => tree
+            .iter()
+            .skip(1)
+            .filter(|(pid, _)| {
+                std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .unwrap_or_default()
+                    .contains("__supervise")
+            })
+            .map(|(pid, _)| *pid)
+            .collect(),
+        Killed::ByName => tree
+            .iter()
+            .filter(|(_, comm)| comm == "zkr")
+            .map(|(pid, _)| *pid)
+            .collect(),
+    };
+    assert!(
+        !targets.is_empty(),
+        "{killed:?}: nothing to kill in {tree:?}"
+    );
+    for pid in &targets {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    let _ = a.wait(Duration::from_secs(10));
+    // The lock is free once zkr is gone (closed, or expired with the 2 s session).
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while !children(&path).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{killed:?}: the lock was never freed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let alive: Vec<_> = pids
+        .iter()
+        .copied()
+        .filter(|(_, pid)| running(*pid))
+        .collect();
+    for (_, pid) in &pids {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    assert!(
+        alive.is_empty(),
+        "{killed:?} (killed {targets:?} of {tree:?}): the lock is free while CMD's processes still run: {alive:?}\nstderr:\n{}",
+        a.stderr()
+    );
+}
+
+#[test]
+fn a_killed_supervisor_leaves_nothing_of_cmd_running_once_the_lock_is_free() {
+    killed_case(Killed::Supervisor);
+}
+
+#[test]
+fn killing_zkr_by_name_leaves_nothing_of_cmd_running_once_the_lock_is_free() {
+    killed_case(Killed::ByName);
+}
