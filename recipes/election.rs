@@ -219,7 +219,8 @@ impl Election {
     /// * [`Error::NoAuth`] if the path's ACL does not let this session create children. Also, from
     ///   a timed or `try_*` acquire that gives up, if the ACL lets it create its node but not
     ///   delete it: the node then stays queued until the session ends (close the session to
-    ///   remove it), so the call does not answer as if nothing were left.
+    ///   remove it), so the call does not answer as if nothing were left (a refusal that
+    ///   comes only after the call's bound is logged instead).
     /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
     /// * [`Error::ZooKeeper`] for other failures of the server.
     ///
