@@ -253,9 +253,14 @@ impl Supervisor {
         // SAFETY: the closure only makes async-signal-safe system calls (setpgid, prctl,
         // sigprocmask, tcsetpgrp, getpid) and allocates nothing.
         unsafe {
+            let supervisor = getpid();
             command.pre_exec(move || {
                 setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
                 prctl::set_pdeathsig(Signal::SIGKILL)?;
+                // Died between the fork and the line above: the signal will never come.
+                if getppid() != supervisor {
+                    return Err(std::io::Error::other("the supervisor is gone"));
+                }
                 let mut ttou = SigSet::empty();
                 ttou.add(Signal::SIGTTOU);
                 sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None)?;
