@@ -986,22 +986,8 @@ fn pid_of(log: &Path, name: &str) -> i32 {
 #[test]
 fn kill_9_of_zkr_leaves_nothing_of_cmd_running() {
     let path = format!("{}/job", unique_root("zkr-kill9"));
-    let (_dir, log) = log_file();
     // Given a CMD that starts a child in its group and one that leaves the group (setsid)
-    let script = format!(
-        r#"echo "cmd $$" >> "$LOG"
-sh -c '{LOOP}' & echo "child $!" >> "$LOG"
-setsid sh -c '{LOOP}' & echo "escaped $!" >> "$LOG"
-echo ready >> "$LOG"; wait"#
-    );
-    let mut c = zkr(&direct(), &["lock", &path, "--", "sh", "-c", &script]);
-    c.env("LOG", &log);
-    let mut a = Proc::spawn("zkr lock", c);
-    wait_for_line(&log, "ready", Duration::from_secs(10));
-    let pids: Vec<(&str, i32)> = ["cmd", "child", "escaped"]
-        .into_iter()
-        .map(|n| (n, pid_of(&log, n)))
-        .collect();
+    let (_dir, mut a, pids) = start_escaping(&path);
     for (name, pid) in &pids {
         assert!(
             running(*pid),
@@ -2565,6 +2551,24 @@ echo ready >> "$LOG"; wait"#
     )
 }
 
+/// `zkr lock PATH -- CMD` with CMD of [`escaping_script`], once CMD's processes run: the
+/// log's guard, zkr, and the pids of CMD, its child and its escaped child.
+fn start_escaping(path: &str) -> (tempfile::TempDir, Proc, Vec<(&'static str, i32)>) {
+    let (dir, log) = log_file();
+    let mut c = zkr(
+        &direct(),
+        &["lock", path, "--", "sh", "-c", &escaping_script()],
+    );
+    c.env("LOG", &log);
+    let a = Proc::spawn("zkr lock", c);
+    wait_for_line(&log, "ready", Duration::from_secs(10));
+    let pids = ["cmd", "child", "escaped"]
+        .into_iter()
+        .map(|n| (n, pid_of(&log, n)))
+        .collect();
+    (dir, a, pids)
+}
+
 /// Which processes of zkr's tree are killed in [`killed_case`].
 #[derive(Debug, Clone, Copy)]
 enum Killed {
@@ -2583,18 +2587,7 @@ enum Killed {
 /// it keeps the supervisor out of a `pkill zkr` now that it has a name of its own.
 fn killed_case(killed: Killed) {
     let path = format!("{}/job", unique_root("zkr-killed-tree"));
-    let (_dir, log) = log_file();
-    let mut c = zkr(
-        &direct(),
-        &["lock", &path, "--", "sh", "-c", &escaping_script()],
-    );
-    c.env("LOG", &log);
-    let mut a = Proc::spawn("zkr lock", c);
-    wait_for_line(&log, "ready", Duration::from_secs(10));
-    let pids: Vec<(&str, i32)> = ["cmd", "child", "escaped"]
-        .into_iter()
-        .map(|n| (n, pid_of(&log, n)))
-        .collect();
+    let (_dir, mut a, pids) = start_escaping(&path);
     let tree = tree_of(a.pid());
     let targets: Vec<i32> = match killed {
         Killed::Supervisor => tree
