@@ -906,16 +906,35 @@ where
             Err(err) => return Err(err),
         };
         shared.terms.fetch_add(1, Ordering::AcqRel);
-        shared.leading.store(true, Ordering::Release);
+        // Cleared when the term ends however it ends: returned, stopped, or unwound by a
+        // panic of `leading` (or dropped with the task), which skipped a plain store and left
+        // `is_leading()` true for good.
+        let _leading = LeadingFlag::raise(&shared.leading);
         let term = leading(leadership);
         let stopped = tokio::select! {
             biased;
             _ = stop.cancelled() => true,
             _ = term => false,
         };
-        shared.leading.store(false, Ordering::Release);
+        drop(_leading);
         if stopped {
             return Ok(());
         }
+    }
+}
+
+/// [`ElectionRunner::is_leading`]'s flag, raised for one term and lowered when dropped.
+struct LeadingFlag<'a>(&'a AtomicBool);
+
+impl<'a> LeadingFlag<'a> {
+    fn raise(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::Release);
+        LeadingFlag(flag)
+    }
+}
+
+impl Drop for LeadingFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }

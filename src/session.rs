@@ -1239,10 +1239,20 @@ impl Session {
     /// * [`Error::Timeout`] if none is connected in time.
     /// * [`Error::Closed`] if the session was closed.
     pub async fn wait_connected(&self, timeout: Duration) -> Result<()> {
-        tokio::time::timeout(timeout, self.epoch())
-            .await
-            .map_err(|_| Error::Timeout)?
-            .map(|_| ())
+        // The state, not a live epoch: a suspended epoch lives on (under `Grace` and
+        // `OnExpiry`) with its connection down, and waiting for the epoch answered `Ok` then.
+        let mut events = self.latest_state();
+        let wait = async {
+            events
+                .wait_for(|e| connected(e) || *e == SessionEvent::Closed)
+                .await
+                .map(|e| *e)
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(SessionEvent::Closed)) | Ok(Err(_)) => Err(Error::Closed),
+            Ok(Ok(_)) => Ok(()),
+            Err(_) => Err(Error::Timeout),
+        }
     }
 
     /// Closes the session: waits (up to the session timeout) for releases that guards

@@ -1335,3 +1335,42 @@ async fn failover_under_faults_on_an_ensemble() {
     }
     check(&events).assert_clean("election under faults");
 }
+
+/// `ElectionRunner::is_leading()` is "whether the closure is running". Given a runner whose
+/// closure panics during its term, when the runner has ended (its node gone, another
+/// candidate leading), then it says it is not leading. It said `true` for good: the flag was
+/// lowered by a store after the term, which the panic's unwinding skipped (found by a review,
+/// 2026-11-27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_whose_closure_panicked_is_not_leading() {
+    use std::time::Instant;
+    let root = zk_recipes::testing::unique_root("runner-panic");
+    let session = support::zk::session().await;
+    let election = zk_recipes::Election::new(&session, &root, "a").unwrap();
+    let runner = election.run(|_l| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        panic!("the leader's work panicked (expected by this test)");
+    });
+    let by = Instant::now() + Duration::from_secs(10);
+    while !runner.is_finished() {
+        assert!(Instant::now() < by, "the runner did not end");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let by = Instant::now() + Duration::from_secs(5);
+    while !support::zk::children(&root).await.is_empty() {
+        assert!(Instant::now() < by, "the panicked leader's node stayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other = zk_recipes::Election::new(&session, &root, "b").unwrap();
+    let l = tokio::time::timeout(Duration::from_secs(5), other.campaign())
+        .await
+        .expect("b leads")
+        .unwrap();
+    assert!(
+        !runner.is_leading(),
+        "the runner ended (its closure panicked) and b leads, but is_leading() says true"
+    );
+    assert_eq!(runner.terms(), 1);
+    drop(l);
+    session.close().await;
+}

@@ -1283,3 +1283,37 @@ async fn a_timed_acquire_answers_in_time_while_the_server_stalls_its_withdrawal(
     holder.close().await;
     s.close().await;
 }
+
+/// `wait_connected(t)` waits until the session is connected, `Timeout` if it is not within
+/// `t`. Given a session whose connection is down (`Suspended`), it answered `Ok` at once: it
+/// waited for a live epoch, and a suspended one lives on (found by a review, 2026-11-27).
+/// Then, the connection back, it answers `Ok`; and on a closed session `Closed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_connected_waits_for_the_connection_not_the_epoch() {
+    let (s, proxy) =
+        session_via_proxy(Duration::from_secs(10), zk_recipes::LossPolicy::Grace).await;
+    proxy.set_blocked(true);
+    let by = Instant::now() + Duration::from_secs(5);
+    while !matches!(s.state(), zk_recipes::SessionEvent::Suspended { .. }) {
+        assert!(Instant::now() < by, "never suspended: {:?}", s.state());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = s.wait_connected(Duration::from_millis(500)).await;
+    assert!(
+        matches!(r, Err(Error::Timeout)),
+        "the connection is down ({:?}) yet wait_connected answered {r:?}",
+        s.state()
+    );
+    proxy.set_blocked(false);
+    let r = s.wait_connected(Duration::from_secs(10)).await;
+    assert!(
+        r.is_ok(),
+        "the connection is back, wait_connected answered {r:?}"
+    );
+    s.close().await;
+    let r = s.wait_connected(Duration::from_secs(1)).await;
+    assert!(
+        matches!(r, Err(Error::Closed)),
+        "closed, wait_connected answered {r:?}"
+    );
+}
