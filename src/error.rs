@@ -176,7 +176,7 @@ impl std::fmt::Display for LossReason {
         f.write_str(match self {
             LossReason::SessionExpired => "session expired",
             LossReason::ConnectionLost => "connection lost for longer than the loss policy allows",
-            LossReason::NodeDeleted => "lock node deleted by someone else",
+            LossReason::NodeDeleted => "its node was deleted by someone else",
             LossReason::Closed => "session closed",
         })
     }

@@ -182,13 +182,19 @@ fn main() {
     let code = match outcome {
         Ok(code) => code,
         Err(fail) => {
-            eprintln!("zkr: {}", fail.message);
             // Only zkr's own statuses: CMD's are passed on as they are.
-            match fail.code {
+            let code = match fail.code {
                 EXIT_NOT_ACQUIRED => conflict_code,
                 EXIT_LOST => lost_code,
                 code => code,
+            };
+            if fail.code == EXIT_LOST {
+                // The status it exits with, as renumbered: the message used to say 76.
+                eprintln!("zkr: {}; exiting {code}", fail.message);
+            } else {
+                eprintln!("zkr: {}", fail.message);
             }
+            code
         }
     };
     std::process::exit(code);

@@ -532,7 +532,8 @@ pub async fn run(held: Held, spec: RunSpec, signals: &mut Signals) -> Outcome {
     );
     Err(Fail::new(
         EXIT_LOST,
-        format!("{ended}; exiting {EXIT_LOST} because {what} on {path} was lost"),
+        // `main` adds the status it exits with (`--lost-exit-code` renumbers it).
+        format!("{ended}, because {what} on {path} was lost"),
     ))
 }
 

@@ -2647,3 +2647,45 @@ fn a_killed_supervisor_leaves_nothing_of_cmd_running_once_the_lock_is_free() {
 fn killing_zkr_by_name_leaves_nothing_of_cmd_running_once_the_lock_is_free() {
     killed_case(Killed::ByName);
 }
+
+/// Given `zkr --lost-exit-code 101 elect P -- CMD`, when an administrator deletes the
+/// leader's node, then zkr exits 101 and says so: its message said "exiting 76" whatever the
+/// status (found by a review, 2026-11-27).
+#[test]
+fn a_renumbered_lost_status_is_the_one_the_message_names() {
+    let path = format!("{}/svc", unique_root("zkr-lost-msg"));
+    let (_dir, log) = log_file();
+    let script = format!(r#"echo "node $ZK_LOCK_NODE" >> "$LOG"; {LOOP}"#);
+    let mut c = zkr(
+        &direct(),
+        &[
+            "--lost-exit-code",
+            "101",
+            "elect",
+            "--grace",
+            "500ms",
+            &path,
+            "--id",
+            "alpha",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    c.env("LOG", &log);
+    let mut a = Proc::spawn("zkr elect", c);
+    let node = wait_for_line(&log, "node ", Duration::from_secs(10))["node ".len()..].to_string();
+    with_client(move |c| Box::pin(async move { c.delete(&node, None).await })).unwrap();
+    assert_eq!(
+        a.wait(Duration::from_secs(10)),
+        101,
+        "stderr:\n{}",
+        a.stderr()
+    );
+    let err = a.stderr();
+    assert!(
+        err.contains("exiting 101") && !err.contains("exiting 76"),
+        "zkr exited 101; its stderr:\n{err}"
+    );
+}
