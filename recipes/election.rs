@@ -77,9 +77,6 @@ type ZkResult<T> = std::result::Result<T, zk::Error>;
 /// The only node kind that takes part in an election directory.
 const LATCH_MEMBERS: &[NodeKind] = &[NodeKind::Latch];
 
-/// ZooKeeper's default limit on a node's data (`jute.maxbuffer`, 1 MiB), minus some slack.
-const MAX_ID_LEN: usize = 1_000_000;
-
 /// A leader election on a ZooKeeper path, compatible with Curator's `LeaderLatch`.
 ///
 /// Each [`campaign`](Self::campaign) call is one candidate with the id given to
@@ -140,12 +137,7 @@ impl Election {
         id: impl Into<String>,
     ) -> Result<Election> {
         let id: String = id.into();
-        if id.len() > MAX_ID_LEN {
-            return Err(Error::InvalidArgument(format!(
-                "candidate id of {} bytes is too large: ZooKeeper node data is limited to 1 MB",
-                id.len()
-            )));
-        }
+        crate::path::validate_data("the candidate id", id.as_bytes())?;
         let mut spec = default_spec(
             path.as_ref(),
             NodeKind::Latch,

@@ -177,6 +177,7 @@ impl ExclusiveLock {
 
     async fn acquire(&self, deadline: Option<Instant>, try_only: bool) -> Result<LockGuard> {
         use tracing::field::Empty;
+        crate::path::validate_data("the lock node's data", &self.data)?;
         let span = tracing::info_span!(target: "zk_recipes", "acquire", path = %self.path, kind = "simple", node = Empty, epoch = Empty, session_id = Empty, outcome = Empty);
         let started = Instant::now();
         // Kept whatever the connection does: see `queue::bounded`.

@@ -23,6 +23,24 @@
 
 use crate::error::{Error, Result};
 
+/// The most data a contender node may carry: ZooKeeper refuses a request over its
+/// `jute.maxbuffer` (1 MiB by default) by dropping the connection, which a client cannot tell
+/// from a network failure, so an oversized create was retried for ever and took the session's
+/// connection down each time. Checked before anything is sent.
+pub(crate) const MAX_NODE_DATA: usize = 1_000_000;
+
+/// [`Error::InvalidArgument`] for node data over [`MAX_NODE_DATA`]; `what` names it.
+pub(crate) fn validate_data(what: &str, data: &[u8]) -> Result<()> {
+    if data.len() > MAX_NODE_DATA {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {} bytes is too large: ZooKeeper refuses node data over about 1 MB \
+             (jute.maxbuffer); store a reference to it instead",
+            data.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that `path` is a valid absolute ZooKeeper path for a recipe.
 ///
 /// Rejects: empty, relative, `/` itself, a trailing `/`, empty segments (`//`), `.` and `..`

@@ -1208,3 +1208,74 @@ async fn a_queue_that_lets_us_create_but_not_delete_is_no_auth_not_a_clean_give_
     s1.close().await;
     s2.close().await;
 }
+
+/// Given locks of every recipe made `with_data` of 2 MiB (over ZooKeeper's 1 MiB
+/// `jute.maxbuffer`) on a session that holds another lock, when each is acquired (timed and
+/// `try`), then each answers `InvalidArgument` at once, nothing is created, and the session's
+/// connection is not disturbed. The simple lock's create was sent, the server dropped the
+/// connection for it, and the create was retried for ever: `lock_timeout(5 s)` ran out with
+/// the session suspended again and again (found by a review, 2026-11-27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_node_data_is_refused_before_anything_is_sent() {
+    use std::time::Instant;
+    let s = session().await;
+    let root = unique_root("oversized-data");
+    let other = zk_recipes::FairLock::new(&s, format!("{root}/other"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let mut events = s.every_change();
+    let big = vec![b'x'; 2 << 20];
+    let d = Duration::from_secs(5);
+    let simple = zk_recipes::ExclusiveLock::new(&s, format!("{root}/simple"))
+        .unwrap()
+        .with_data(big.clone());
+    let fair = zk_recipes::FairLock::new(&s, format!("{root}/fair"))
+        .unwrap()
+        .with_data(big.clone());
+    let rw = zk_recipes::RwLock::new(&s, format!("{root}/rw"))
+        .unwrap()
+        .with_data(big.clone());
+    let sem = zk_recipes::Semaphore::new(&s, format!("{root}/sem"), 2)
+        .unwrap()
+        .with_data(big.clone());
+    let t = Instant::now();
+    let results = [
+        (
+            "simple lock_timeout",
+            simple.lock_timeout(d).await.map(drop),
+        ),
+        ("simple try_lock", simple.try_lock().await.map(drop)),
+        ("fair lock_timeout", fair.lock_timeout(d).await.map(drop)),
+        ("rw write_timeout", rw.write_timeout(d).await.map(drop)),
+        ("rw try_read", rw.try_read().await.map(drop)),
+        (
+            "semaphore acquire_timeout",
+            sem.acquire_timeout(d).await.map(drop),
+        ),
+    ];
+    let took = t.elapsed();
+    let id = String::from_utf8(big).unwrap();
+    let elect = zk_recipes::Election::new(&s, format!("{root}/elect"), id).map(drop);
+    for (what, r) in results.iter().chain([&("election", elect)]) {
+        assert!(
+            matches!(r, Err(Error::InvalidArgument(_))),
+            "{what} with 2 MiB of data answered {r:?}"
+        );
+    }
+    assert!(took < Duration::from_secs(1), "the refusals took {took:?}");
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        seen.push(e);
+    }
+    assert!(
+        seen.is_empty(),
+        "the session's state changed meanwhile: {seen:?}"
+    );
+    assert!(!other.is_lost(), "the other guard was lost");
+    let left = children(&raw().await, &root).await;
+    assert_eq!(left, ["other"], "nodes made under {root}: {left:?}");
+    other.release().await.unwrap();
+    s.close().await;
+}

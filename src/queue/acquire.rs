@@ -95,6 +95,11 @@ async fn acquire_after(
     let kind = crate::observe::kind_label(spec.kind);
     let span = tracing::info_span!(target: "zk_recipes", "acquire", path = %spec.dir, kind, node = Empty, epoch = Empty, session_id = Empty, outcome = Empty);
     let started = Instant::now();
+    if let Err(err) = crate::path::validate_data("the contender node's data", &spec.data) {
+        // A relock's old node is released, as on any other refusal.
+        drop(held);
+        return Err(err);
+    }
     // On the heap: the waiter's state machine is some 13 KB, and an acquire's future is moved
     // whole into a spawned task, into its finished stage and out through its `JoinHandle`
     // (copying it was 1.9% of the client's samples over the bench's drain in a `perf`
