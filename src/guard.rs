@@ -141,7 +141,8 @@ impl LockGuard {
     /// * [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an op that writes or
     ///   creates a contender node of this crate (this guard's own among them): its data is the
     ///   release mark that hands the lock on, so only the library writes it. Nothing is sent;
-    ///   keep your state in a node of your own.
+    ///   keep your state in a node of your own. Also for data over 1 MB (ZooKeeper's
+    ///   `jute.maxbuffer`), which the server would answer by dropping the connection.
     /// * [`Error::ConnectionLost`](crate::Error::ConnectionLost): the transaction may or may
     ///   not have been applied; read before retrying.
     ///

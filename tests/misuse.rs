@@ -1256,9 +1256,16 @@ async fn oversized_node_data_is_refused_before_anything_is_sent() {
         ),
     ];
     let took = t.elapsed();
+    let guarded = other
+        .guarded([zk_recipes::Op::create(format!("{root}/state"), big.clone())])
+        .await
+        .map(drop);
     let id = String::from_utf8(big).unwrap();
     let elect = zk_recipes::Election::new(&s, format!("{root}/elect"), id).map(drop);
-    for (what, r) in results.iter().chain([&("election", elect)]) {
+    for (what, r) in results
+        .iter()
+        .chain([&("election", elect), &("guarded create", guarded)])
+    {
         assert!(
             matches!(r, Err(Error::InvalidArgument(_))),
             "{what} with 2 MiB of data answered {r:?}"

@@ -416,6 +416,9 @@ impl Holding {
         for op in ops {
             crate::path::validate_path(op.path())?;
             refuse_mark_write(op)?;
+            if let Op::SetData { data, .. } | Op::Create { data, .. } = op {
+                crate::path::validate_data("a guarded write's data", data)?;
+            }
         }
         let lost =
             |h: &Holding| Error::LockLost(h.loss_reason().unwrap_or(LossReason::NodeDeleted));
