@@ -360,25 +360,34 @@ impl SessionBuilder {
     }
 
     fn validate(self) -> Result<Config> {
-        let hosts = self.hosts.trim().to_string();
-        if hosts.is_empty() {
+        let given = self.hosts.trim();
+        if given.is_empty() {
             return Err(Error::InvalidArgument(
                 "the hosts string is empty: give host:port[,host:port...]".into(),
             ));
         }
-        for host in hosts.split(',') {
+        // Each entry trimmed (`zk1:2181, zk2:2181` is common), and passed on without the
+        // spaces: the client library does not trim, so a host after ", " never resolved and
+        // the session had no failover to it.
+        let mut entries = Vec::new();
+        for host in given.split(',').map(str::trim) {
             let ok = host
                 .rsplit_once(':')
                 .map(|(h, p)| {
-                    !h.is_empty() && !h.contains('/') && p.parse::<u16>().is_ok_and(|p| p > 0)
+                    !h.is_empty()
+                        && !h.contains('/')
+                        && !h.contains(char::is_whitespace)
+                        && p.parse::<u16>().is_ok_and(|p| p > 0)
                 })
                 .unwrap_or(false);
             if !ok {
                 return Err(Error::InvalidArgument(format!(
-                    "malformed host {host:?} in {hosts:?}: give host:port[,host:port...] (put a chroot in with_chroot)"
+                    "malformed host {host:?} in {given:?}: give host:port[,host:port...] (put a chroot in with_chroot)"
                 )));
             }
+            entries.push(host);
         }
+        let hosts = entries.join(",");
         check_timeout("session timeout", self.session_timeout)?;
         let connect_timeout = self.connect_timeout.unwrap_or(self.session_timeout);
         check_timeout("connect timeout", connect_timeout)?;

@@ -1317,3 +1317,52 @@ async fn wait_connected_waits_for_the_connection_not_the_epoch() {
         "closed, wait_connected answered {r:?}"
     );
 }
+
+/// Given a hosts string written with spaces after its commas (`a:1, b:2`, as people write
+/// them) whose first server is down, the session connects through the second; and, connected
+/// through a first host that then goes down, it fails over to the second and keeps its lock.
+/// Both failed (found by a review, 2026-11-27): the entries were checked trimmed but passed on
+/// with their spaces to the client library, which never resolved " b", so the session had no
+/// failover and expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_written_with_spaces_fail_over() {
+    use zk_recipes::testing::FaultProxy;
+    let addr = shared_server().addr();
+    for sep in [", ", ",\t", " ,  "] {
+        let hosts = format!("127.0.0.1:1{sep}{addr}");
+        let s = Session::builder(&hosts)
+            .with_session_timeout(Duration::from_secs(4))
+            .with_connect_timeout(Duration::from_secs(4))
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{hosts:?}: the second server is up, but: {e}"));
+        s.close().await;
+    }
+    let proxy = FaultProxy::start(addr).unwrap();
+    let hosts = format!("{}, {addr}", proxy.addr());
+    let s = Session::builder(&hosts)
+        .with_session_timeout(Duration::from_secs(6))
+        .with_loss_policy(zk_recipes::LossPolicy::Grace)
+        .connect()
+        .await
+        .expect("connects through the first host");
+    let path = format!("{}/lock", unique_root("spaced-failover"));
+    let g = FairLock::new(&s, &path).unwrap().lock().await.unwrap();
+    proxy.set_blocked(true);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        !g.is_lost(),
+        "{hosts:?}: the first host down for 8 s, the lock was lost ({:?}, state {:?}): the second host was never tried",
+        g.loss_reason(),
+        s.state()
+    );
+    s.close().await;
+    let r = Session::builder("127.0.0.1:1, zk 2:2181")
+        .connect()
+        .await
+        .map(drop);
+    assert!(
+        matches!(r, Err(Error::InvalidArgument(_))),
+        "a host name with a space inside answered {r:?}"
+    );
+}
