@@ -1279,8 +1279,19 @@ impl Session {
 
     /// Whether the session is connected, as last published: `Connected` or `Reconnected`
     /// (not suspended, between sessions, or closed). Requests made while it is not wait for
-    /// the reconnect, or the end of the session (see [`disconnected`](Self::disconnected)).
-    pub(crate) fn is_connected(&self) -> bool {
+    /// the reconnect, or the end of the session.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(session: zk_recipes::Session) {
+    /// if session.is_connected() {
+    ///     // A close now reaches the server at once and removes our nodes.
+    ///     session.close().await;
+    /// }
+    /// # }
+    /// ```
+    pub fn is_connected(&self) -> bool {
         connected(&self.state())
     }
 

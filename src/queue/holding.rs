@@ -415,10 +415,7 @@ impl Holding {
     ) -> Result<Vec<zk::MultiWriteResult>> {
         for op in ops {
             crate::path::validate_path(op.path())?;
-            refuse_mark_write(op)?;
-            if let Op::SetData { data, .. } | Op::Create { data, .. } = op {
-                crate::path::validate_data("a guarded write's data", data)?;
-            }
+            check_write(op)?;
         }
         let lost =
             |h: &Holding| Error::LockLost(h.loss_reason().unwrap_or(LossReason::NodeDeleted));
@@ -981,17 +978,21 @@ async fn use_up_own_watch(own: Option<OwnCheck>) {
     }
 }
 
-/// Refuses a guarded write of the data of a contender node made by this crate (any session's,
-/// but only our own session may write one): on such a node a data change is the release mark,
-/// which the waiter behind takes as the hand-off (see `Waiter::react`). Written while the node
-/// is held, it granted that waiter beside the holder. Creating a node of that name is refused
-/// too (it would pass for one of ours with an ACL of the caller's choice). Deleting one is a
-/// plain deletion, which waiters check by listing: allowed.
-fn refuse_mark_write(op: &Op) -> Result<()> {
-    let path = match op {
-        Op::SetData { path, .. } | Op::Create { path, .. } => path,
+/// Checks a guarded op that writes data (a set or a create); deletes and checks pass.
+///
+/// * Its data must fit a request (see [`crate::path::validate_data`]).
+/// * It must not write the data of a contender node made by this crate (any session's, but
+///   only our own session may write one): on such a node a data change is the release mark,
+///   which the waiter behind takes as the hand-off (see `Waiter::react`). Written while the
+///   node is held, it granted that waiter beside the holder. Creating a node of that name is
+///   refused too (it would pass for one of ours with an ACL of the caller's choice). Deleting
+///   one is a plain deletion, which waiters check by listing: allowed.
+fn check_write(op: &Op) -> Result<()> {
+    let (path, data) = match op {
+        Op::SetData { path, data, .. } | Op::Create { path, data, .. } => (path, data),
         _ => return Ok(()),
     };
+    crate::path::validate_data("a guarded write's data", data)?;
     let name = path.rsplit('/').next().unwrap_or_default();
     if NodeName::parse(name).is_some_and(|n| n.is_owner_write_only()) {
         return Err(Error::InvalidArgument(format!(

@@ -72,11 +72,7 @@ pub async fn run(cli: Cli) -> Outcome {
     // close the session first, briefly: the other locks of a multi-lock were held for the
     // session timeout by a `zkr` that had exited.
     if matches!(&outcome, Err(fail) if fail.code == crate::EXIT_LOST) {
-        if matches!(
-            session.state(),
-            zk_recipes::SessionEvent::Connected { .. }
-                | zk_recipes::SessionEvent::Reconnected { .. }
-        ) {
+        if session.is_connected() {
             let _ = tokio::time::timeout(Duration::from_secs(1), session.close()).await;
         }
         return outcome;
