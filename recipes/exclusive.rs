@@ -249,7 +249,9 @@ impl ExclusiveLock {
                 }
                 Err(zk::Error::NodeExists) => Fixed::Busy,
                 // The parents are missing, or were deleted again meanwhile (an administrator
-                // removing the tree while we queue): make them again, a few times.
+                // removing the tree while we queue): make them again, a few times in a row
+                // (counted since our create last found the tree standing, so a long wait
+                // outlives any number of removals).
                 Err(zk::Error::NoNode) if made_parents < 5 => {
                     undo.disarm();
                     made_parents += 1;
@@ -287,7 +289,7 @@ impl ExclusiveLock {
             undo.disarm();
             match outcome {
                 Fixed::Ours(czxid) => return Ok(self.guard(epoch, czxid)),
-                Fixed::Busy => {}
+                Fixed::Busy => made_parents = 0,
                 Fixed::Absent | Fixed::Unknown => continue,
             }
             let not_a_lock = || {

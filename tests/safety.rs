@@ -1055,3 +1055,88 @@ async fn revoke_refuses_a_node_name_with_a_slash() {
         "a node name with '/' answered {r:?}"
     );
 }
+
+/// Given a simple-lock waiter queued behind another client's node, when an administrator
+/// deletes the lock's whole tree six times while it waits, each time letting its create meet
+/// the missing directory and making the tree and a holder's node again before its next create
+/// (the waiter's requests held up 600 ms in the network meanwhile), then the waiter is still
+/// waiting, and it gets the lock once the holder goes. Before the fix its `lock()` answered
+/// `NoNode` at the sixth deletion: the directories it made again were counted over the whole
+/// wait, not since the last time its create found the tree standing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_lock_waiter_outlives_its_tree_deleted_many_times() {
+    use zk_recipes::testing::FaultStatus;
+    let root = unique_root("tree-deleted");
+    let dir = format!("{root}/d");
+    let path = format!("{dir}/lock");
+    let admin = raw().await;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    admin.create(&root, b"", &persistent).await.unwrap();
+    admin.create(&dir, b"", &persistent).await.unwrap();
+    admin.create(&path, b"", &ephemeral).await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let mut waiting = tokio::spawn(async move { lock.lock().await });
+    // Waits until the waiter sent `n` requests through the proxy since `from`: its create
+    // (NodeExists), then its `exists` watch; after a deletion its create (NoNode), the look for
+    // the missing directories, its create again (NodeExists) and its watch.
+    let sent = |from: u64, n: u64| {
+        let proxy = &proxy;
+        async move {
+            for _ in 0..500 {
+                if proxy.requests_forwarded() >= from + n {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        }
+    };
+    assert!(sent(0, 2).await, "the waiter did not queue");
+    for round in 1..=6 {
+        // Its watch is set on the server before the holder's node goes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let base = proxy.requests_forwarded();
+        proxy.arm(Fault::new(
+            FaultPoint::AfterReply(1),
+            FaultAction::Stall(Duration::from_millis(600)),
+        ));
+        let mut deletion = admin.new_multi_writer();
+        deletion.add_delete(&path, None).unwrap();
+        deletion.add_delete(&dir, None).unwrap();
+        deletion.commit().await.unwrap();
+        // The waiter's create meets the missing directory; its next requests are held.
+        for _ in 0..500 {
+            if matches!(proxy.fault_status(), FaultStatus::Fired { .. }) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            matches!(proxy.fault_status(), FaultStatus::Fired { .. }),
+            "round {round}: the waiter sent no create after its tree was deleted"
+        );
+        admin.create(&dir, b"", &persistent).await.unwrap();
+        admin.create(&path, b"", &ephemeral).await.unwrap();
+        let queued_again = sent(base, 4).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !waiting.is_finished(),
+            "round {round}: the waiter gave up: {:?}",
+            (&mut waiting).await.unwrap().map(|g| g.path().to_string())
+        );
+        assert!(
+            queued_again,
+            "round {round}: the waiter did not queue again"
+        );
+    }
+    admin.delete(&path, None).await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter was not granted within 5 s of the holder's going")
+        .unwrap()
+        .expect("the waiter's lock() failed");
+    granted.release().await.unwrap();
+    s.close().await;
+}
