@@ -220,6 +220,47 @@ async fn a_cancelled_simple_lock_acquire_never_deletes_a_live_guards_node() {
     s.close().await;
 }
 
+/// Takes both permits of a 2-permit semaphore at `dir`, one on each session.
+async fn two_permit_holders(
+    dir: &str,
+    sa: &zk_recipes::Session,
+    sb: &zk_recipes::Session,
+) -> (zk_recipes::LockGuard, zk_recipes::LockGuard) {
+    let a = Semaphore::new(sa, dir, 2).unwrap().acquire().await.unwrap();
+    let b = Semaphore::new(sb, dir, 2).unwrap().acquire().await.unwrap();
+    (a, b)
+}
+
+/// Queues an acquire of a 2-permit semaphore at `dir` on `s`, and waits until `dir` has
+/// `members` contenders (the new one among them).
+async fn queue_for_a_permit(dir: &str, s: &zk_recipes::Session, members: usize) -> Queued {
+    let sem = Semaphore::new(s, dir, 2).unwrap();
+    let waiting = tokio::spawn(async move { sem.acquire().await });
+    wait_for_children(dir, members).await;
+    waiting
+}
+
+type Queued = tokio::task::JoinHandle<zk_recipes::Result<zk_recipes::LockGuard>>;
+
+/// The lease of a queued acquire granted within `within`; panics with `what` otherwise.
+async fn granted_within(
+    waiting: &mut Queued,
+    within: Duration,
+    what: &str,
+) -> zk_recipes::LockGuard {
+    tokio::time::timeout(within, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not granted within {within:?}"))
+        .unwrap()
+        .unwrap_or_else(|err| panic!("{what}: {err}"))
+}
+
+/// Panics with `what` unless a queued acquire is still waiting 300 ms from now.
+async fn still_waiting(waiting: &mut Queued, what: &str) {
+    let r = tokio::time::timeout(Duration::from_millis(300), waiting).await;
+    assert!(r.is_err(), "{what}");
+}
+
 /// permits = 2: A holds long, B briefly, C waits. When B releases, C gets the permit at once,
 /// whichever of the holders leaves first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,42 +272,21 @@ async fn a_free_permit_reaches_the_head_waiter_in_any_release_order() {
         session().await,
         session().await,
     );
-    let a = Semaphore::new(&sa, &dir, 2)
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let b = Semaphore::new(&sb, &dir, 2)
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let sem_c = Semaphore::new(&sc, &dir, 2).unwrap();
-    let mut c = tokio::spawn(async move { sem_c.acquire().await });
-    wait_for_children(&dir, 3).await;
-    let sem_d = Semaphore::new(&sd, &dir, 2).unwrap();
-    let mut d = tokio::spawn(async move { sem_d.acquire().await });
-    wait_for_children(&dir, 4).await;
+    let (a, b) = two_permit_holders(&dir, &sa, &sb).await;
+    let mut c = queue_for_a_permit(&dir, &sc, 3).await;
+    let mut d = queue_for_a_permit(&dir, &sd, 4).await;
     // The second holder (not the first) leaves: the head waiter C gets its permit.
     b.release().await.unwrap();
-    let c = tokio::time::timeout(Duration::from_secs(2), &mut c)
-        .await
-        .expect("a free permit sat idle: C not granted within 2 s of B's release")
-        .unwrap()
-        .expect("C acquire");
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut d)
-            .await
-            .is_err(),
-        "D was granted a third permit"
-    );
+    let c = granted_within(
+        &mut c,
+        Duration::from_secs(2),
+        "a free permit sat idle: C, after B's release",
+    )
+    .await;
+    still_waiting(&mut d, "D was granted a third permit").await;
     // Now C (granted after waiting) leaves before A: D, now the head, gets it.
     c.release().await.unwrap();
-    let d = tokio::time::timeout(Duration::from_secs(2), &mut d)
-        .await
-        .expect("D not granted within 2 s of C's release")
-        .unwrap()
-        .expect("D acquire");
+    let d = granted_within(&mut d, Duration::from_secs(2), "D, after C's release").await;
     d.release().await.unwrap();
     a.release().await.unwrap();
     assert!(children(&dir).await.is_empty());
@@ -298,16 +318,7 @@ async fn a_free_permit_reaches_the_waiter_behind_a_head_granted_without_waiting(
     let (sa, sb, sd) = (session().await, session().await, session().await);
     let (sc, proxy) =
         support::zk::session_via_proxy(Duration::from_secs(10), LossPolicy::Grace).await;
-    let a = Semaphore::new(&sa, &dir, 2)
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let b = Semaphore::new(&sb, &dir, 2)
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let (a, b) = two_permit_holders(&dir, &sa, &sb).await;
     let k = match held {
         HeldUp::Listing => 2,
         HeldUp::Arming => 4,
@@ -316,35 +327,26 @@ async fn a_free_permit_reaches_the_waiter_behind_a_head_granted_without_waiting(
         FaultPoint::BeforeRequest(k),
         FaultAction::Stall(Duration::from_millis(1500)),
     ));
-    let sem_c = Semaphore::new(&sc, &dir, 2).unwrap();
-    let mut c = tokio::spawn(async move { sem_c.acquire().await });
-    wait_for_children(&dir, 3).await;
-    let sem_d = Semaphore::new(&sd, &dir, 2).unwrap();
-    let mut d = tokio::spawn(async move { sem_d.acquire().await });
-    wait_for_children(&dir, 4).await;
+    let mut c = queue_for_a_permit(&dir, &sc, 3).await;
+    let mut d = queue_for_a_permit(&dir, &sd, 4).await;
     // D's watch on C is set within a round trip.
     tokio::time::sleep(Duration::from_millis(200)).await;
     a.release().await.unwrap();
-    let c = tokio::time::timeout(Duration::from_secs(5), &mut c)
-        .await
-        .unwrap_or_else(|_| panic!("{held:?}: C not granted after A's release"))
-        .unwrap()
-        .expect("C acquire");
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut d)
-            .await
-            .is_err(),
-        "{held:?}: D was granted a third permit"
-    );
+    let c = granted_within(
+        &mut c,
+        Duration::from_secs(5),
+        &format!("{held:?}: C, after A's release"),
+    )
+    .await;
+    still_waiting(&mut d, &format!("{held:?}: D was granted a third permit")).await;
     b.release().await.unwrap();
     // Only C holds now: one permit is free and D is the only waiter.
-    let d = tokio::time::timeout(Duration::from_secs(3), &mut d)
-        .await
-        .unwrap_or_else(|_| {
-            panic!("{held:?}: a free permit sat idle: D, the only waiter, not granted within 3 s of B's release")
-        })
-        .unwrap()
-        .expect("D acquire");
+    let d = granted_within(
+        &mut d,
+        Duration::from_secs(3),
+        &format!("{held:?}: a free permit sat idle: D, the only waiter, after B's release"),
+    )
+    .await;
     d.release().await.unwrap();
     c.release().await.unwrap();
     assert!(children(&dir).await.is_empty());
