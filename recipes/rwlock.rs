@@ -524,8 +524,8 @@ enum Placement {
     Clean(Granted),
     /// A writer queued between (or the outcome is unknown): keep the write node.
     KeepWrite,
-    /// Our write node is gone.
-    WriteLost,
+    /// Our write node is gone, or the epoch it was held in has ended.
+    WriteLost(LossReason),
 }
 
 impl WriteGuard {
@@ -595,11 +595,20 @@ impl WriteGuard {
                     }
                 }
             }
+            // The write node is kept only while it is still ours: a placement that failed
+            // because the epoch ended (or that ended while it waited) holds nothing.
+            Placement::KeepWrite if epoch.lost_token().is_cancelled() || guard.is_lost() => {
+                let reason = guard
+                    .loss_reason()
+                    .or_else(|| epoch.loss_reason())
+                    .unwrap_or(LossReason::SessionExpired);
+                Err(Error::LockLost(reason))
+            }
             Placement::KeepWrite => Ok(ReadGuard {
                 guard,
                 exclusive: true,
             }),
-            Placement::WriteLost => Err(Error::LockLost(LossReason::NodeDeleted)),
+            Placement::WriteLost(reason) => Err(Error::LockLost(reason)),
         }
     }
 }
@@ -629,6 +638,11 @@ impl RwLock {
         };
         let (stat, seq) = match created {
             Ok(ok) => ok,
+            // The directory is gone, and our write node with it.
+            Err(zk::Error::NoNode) => {
+                pending.disarm();
+                return Placement::WriteLost(LossReason::NodeDeleted);
+            }
             Err(err) => {
                 // Unknown outcome: the pending node is looked for by its protection id and
                 // deleted. A definite error created nothing.
@@ -653,8 +667,10 @@ impl RwLock {
             Err(_) => return Placement::KeepWrite,
         };
         let nodes: Vec<NodeName> = children.iter().filter_map(|c| NodeName::parse(c)).collect();
-        if !nodes.iter().any(|n| n.sequence == write.sequence) {
-            return Placement::WriteLost;
+        // By name: a directory deleted and made again counts from 0, so another contender's
+        // node may carry our write node's number.
+        if !children.contains(&write.name) {
+            return Placement::WriteLost(LossReason::NodeDeleted);
         }
         let writer_between = nodes.iter().any(|n| {
             LOCK_MEMBERS.contains(&n.kind)

@@ -1171,3 +1171,81 @@ async fn a_write_release_is_marked_and_a_read_release_is_a_plain_delete() {
     }
     s.close().await;
 }
+
+// ------------------------------------------------ downgrade when the write lock is lost
+// (found by a review, 2026-11-27: both answered Ok with a guard that held nothing)
+
+/// The documentation of `WriteGuard::downgrade`: "`Error::LockLost` if the write lock was lost
+/// before or during the downgrade. Nothing is held afterwards." Here the write lock is lost
+/// during the downgrade: the connection is down when it starts, so its create waits for a
+/// reconnect that does not come, and the `Grace` policy ends the epoch meanwhile. The
+/// downgrade must answer `LockLost`, not `Ok` with an "exclusive" read guard whose write node
+/// went with the epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrade_that_loses_the_write_lock_meanwhile_answers_lock_lost() {
+    let (s, proxy) =
+        support::zk::session_via_proxy(Duration::from_secs(4), zk_recipes::LossPolicy::Grace).await;
+    let root = unique_root("down-lost");
+    let lock = RwLock::new(&s, &root).unwrap();
+    let w = bounded("write", lock.write()).await.unwrap();
+    assert!(!w.is_lost());
+    proxy.set_blocked(true);
+    bounded("the session to see the connection drop", async {
+        while s.is_connected() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let result = bounded("downgrade", w.downgrade()).await;
+    proxy.set_blocked(false);
+    match result {
+        Err(Error::LockLost(_)) => {}
+        Ok(r) => panic!(
+            "downgrade answered Ok (is_exclusive = {}, is_lost = {}, loss_reason = {:?}) though the \
+             write lock was lost during it; documented: Err(LockLost), nothing held",
+            r.is_exclusive(),
+            r.is_lost(),
+            r.loss_reason()
+        ),
+        Err(other) => panic!("expected LockLost, got {other}"),
+    }
+    s.close().await;
+}
+
+/// Someone deletes our write node, and the lock's directory with it (an administrator cleaning
+/// up), while our connection is down; then we downgrade. The write lock was lost before the
+/// downgrade: documented answer `Err(LockLost)`, nothing held. A create refused with `NoNode`
+/// is not a reason to "keep the write node" that is not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrade_after_the_write_node_and_its_directory_were_deleted_answers_lock_lost() {
+    let (s, proxy) =
+        support::zk::session_via_proxy(Duration::from_secs(4), zk_recipes::LossPolicy::Grace).await;
+    let root = unique_root("down-dir-gone");
+    let lock = RwLock::new(&s, &root).unwrap();
+    let w = bounded("write", lock.write()).await.unwrap();
+    let w_path = w.path().to_string();
+
+    proxy.set_blocked(true);
+    let admin = support::zk::raw().await;
+    admin.delete(&w_path, None).await.unwrap();
+    admin.delete(&root, None).await.unwrap();
+    let down = tokio::spawn(async move { w.downgrade().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_blocked(false);
+    let result = bounded("downgrade", down).await.unwrap();
+    match result {
+        Err(Error::LockLost(_)) => {}
+        Ok(r) => {
+            let exists = admin.check_stat(r.path()).await.unwrap().is_some();
+            panic!(
+                "downgrade answered Ok (is_exclusive = {}, is_lost at return = {}, node {} exists = {exists}) \
+                 for a write lock whose node was deleted before it; documented: Err(LockLost)",
+                r.is_exclusive(),
+                r.is_lost(),
+                r.path()
+            )
+        }
+        Err(other) => panic!("expected LockLost, got {other}"),
+    }
+    s.close().await;
+}
