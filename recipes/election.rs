@@ -605,7 +605,10 @@ struct Observer {
     dir: String,
     /// The node name of the last leader reported (`Some(None)`: vacant); `None` before the first.
     last: Option<Option<String>>,
-    epoch: Option<Arc<Epoch>>,
+    /// The epoch of the last read, and its loss signal. Weak: a stream nobody polls must not
+    /// keep an ended epoch's client, whose session (and ephemeral nodes, a leader's among
+    /// them) would then live on.
+    epoch: Option<(std::sync::Weak<Epoch>, CancellationToken)>,
     /// The watch set by the last read.
     watch: Option<WatchFuture>,
     done: bool,
@@ -622,7 +625,7 @@ impl Observer {
                 let lost = self
                     .epoch
                     .as_ref()
-                    .map(|e| e.lost_token().clone())
+                    .map(|(_, lost)| lost.clone())
                     .unwrap_or_default();
                 tokio::select! {
                     event = watch => {
@@ -635,13 +638,14 @@ impl Observer {
             }
             let epoch = match self
                 .epoch
-                .clone()
+                .as_ref()
+                .and_then(|(epoch, _)| epoch.upgrade())
                 .filter(|e| !e.lost_token().is_cancelled())
             {
                 Some(e) => e,
                 None => match self.session.epoch().await {
                     Ok(e) => {
-                        self.epoch = Some(e.clone());
+                        self.epoch = Some((Arc::downgrade(&e), e.lost_token().clone()));
                         e
                     }
                     Err(_) => {
@@ -671,6 +675,8 @@ impl Observer {
                     if epoch.lost_token().is_cancelled() {
                         self.epoch = None;
                     }
+                    // Not kept across the pause (see `Observer::epoch`).
+                    drop(epoch);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }

@@ -1672,6 +1672,7 @@ impl Drop for ClosedAtEnd {
 /// Drops our reference to an ended epoch and waits (bounded) for its client to close, so
 /// that its ephemeral nodes are gone when the next epoch starts or `close` returns.
 async fn wait_released(epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
+    let number = epoch.number;
     drop(epoch);
     let wait = async {
         loop {
@@ -1681,7 +1682,15 @@ async fn wait_released(epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
             state.changed().await;
         }
     };
-    let _ = tokio::time::timeout(Duration::from_secs(2), wait).await;
+    if tokio::time::timeout(Duration::from_secs(2), wait).await.is_err() {
+        // Something still holds the ended epoch (and its client, which may reconnect into the
+        // old session and keep its ephemeral nodes): a bug of ours, or a future of ours kept
+        // without being polled. Say so; the next epoch starts anyway.
+        tracing::warn!(
+            epoch = number,
+            "the client of an ended epoch is still open 2 s later; its ephemeral nodes may outlive it"
+        );
+    }
 }
 
 /// How long after the newest answered request was sent the `Grace` policy declares an epoch
