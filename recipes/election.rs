@@ -22,10 +22,11 @@
 //!    below it (no herd: a change wakes one candidate).
 //! 2. Leadership is granted only to the node this campaign created, in the session that
 //!    created it (its `ephemeralOwner` is checked), and it ends with that session. A node from
-//!    an earlier session is deleted, never adopted, and a node abandoned after a connection
-//!    blip is deleted before the candidate queues again: the two ways Curator's LeaderLatch
-//!    came to have two leaders (CURATOR-696: a latch kept leading on a node its expired session
-//!    had lost; CURATOR-653: a candidate's old and new nodes raced across a reconnect).
+//!    an earlier session is deleted, never adopted (CURATOR-696: a Curator latch kept leading
+//!    on a node its expired session had lost). A connection blip in the same session keeps
+//!    the candidate's node and its place (its name and owner are known; the directory is read
+//!    again); a node given up after blips that go on is deleted before the candidate queues
+//!    again (CURATOR-653: a Curator candidate's old and new nodes raced across a reconnect).
 //! 3. While leading, [`lost()`](crate::LockGuard::lost) fires as soon as the session manager ends the epoch
 //!    (expiry, or the [`LossPolicy`](crate::LossPolicy) giving up on the connection) or the
 //!    node is deleted by someone else. A waiting candidate whose session expires re-queues by
@@ -201,7 +202,8 @@ impl Election {
     /// # Fairness
     ///
     /// Candidates lead in the order they joined. A candidate whose session expires while
-    /// waiting joins again at the back.
+    /// waiting joins again at the back; a connection blip in the same session keeps its place
+    /// (after some twenty blips in a row it gives its node up and joins again at the back).
     ///
     /// # Errors
     ///

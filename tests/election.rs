@@ -1374,3 +1374,259 @@ async fn a_runner_whose_closure_panicked_is_not_leading() {
     drop(l);
     session.close().await;
 }
+
+// ------------------------------------------------------------------ found by a review
+// (2026-11-27): an idle observer kept an ended epoch's session alive; a connection blip at
+// entry was reported as an expiry, and sent a candidate to the back of the queue.
+
+async fn raw_children(raw: &zk_recipes::zk::Client, dir: &str) -> Vec<String> {
+    match raw.list_children(dir).await {
+        Ok(c) => c,
+        Err(zk_recipes::zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("list {dir}: {e}"),
+    }
+}
+
+/// An ended epoch must close its ZooKeeper client so that its ephemeral nodes go (module docs
+/// of `session.rs`: "closes that client so its ephemeral nodes are not left behind"). A
+/// `LeaderChanges` stream that is not being polled keeps a strong `Arc<Epoch>` (the
+/// `Observer::epoch` field), so the old client lives on, keeps the old session alive, and its
+/// leader node stays first in line: no other candidate can ever lead.
+async fn ended_epoch_with_idle_observer(keep_observer: bool) {
+    let dir = format!("{}/election", unique_root("idle-observer"));
+    let a = connect(&shared_server().connect_string()).await;
+    let b = connect(&shared_server().connect_string()).await;
+    let raw = support::zk::raw().await;
+    let ea = Election::new(&a, &dir, "a").unwrap();
+    let leadership = ea.campaign().await.unwrap();
+    let old_node = leadership.path().to_string();
+    let old_session = leadership.session_id();
+
+    // A bystander stream on the same session: one item read, then kept, idle.
+    let mut changes = ea.observe();
+    let first = timeout(Duration::from_secs(5), changes.next())
+        .await
+        .expect("first observation")
+        .expect("an item")
+        .expect("no error");
+    assert!(matches!(first, LeaderChange::Elected(_)), "{first:?}");
+    if !keep_observer {
+        drop(changes);
+    }
+
+    // The loss policy gives up on epoch 1 (what `Grace` does after a cut of 0.85 T).
+    a.force_epoch_end();
+    timeout(Duration::from_secs(5), leadership.lost())
+        .await
+        .expect("lost() after the epoch ended");
+    drop(leadership);
+
+    // Another candidate must be able to lead once the ended epoch's client is closed.
+    let eb = Election::new(&b, &dir, "b").unwrap();
+    let led = eb.campaign_timeout(Duration::from_secs(8)).await;
+    let left = raw_children(&raw, &dir).await;
+    let owner_alive = raw
+        .check_stat(&old_node)
+        .await
+        .unwrap()
+        .map(|s| s.ephemeral_owner == old_session);
+    assert!(
+        led.is_ok(),
+        "expected b to lead within 8 s after a's epoch 1 ended; got {led:?}; \
+         a's epoch-1 leader node still there owned by the old session: {owner_alive:?}; \
+         children: {left:?}"
+    );
+    drop(led);
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_observer_keeps_an_ended_epochs_session_and_its_leader_node_alive() {
+    ended_epoch_with_idle_observer(true).await;
+}
+
+/// `with_requeue_on_expiry(false)`: "a waiting candidate whose session expires ... campaign
+/// fails with Error::SessionExpired". A mere connection blip (the same session carries on)
+/// must not be reported as an expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_blip_is_not_reported_as_session_expired_without_requeue() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let dir = format!("{}/election", unique_root("blip-noreq"));
+    let (s, proxy) =
+        support::zk::session_via_proxy(SESSION_TIMEOUT, zk_recipes::LossPolicy::Grace).await;
+    let e = Election::new(&s, &dir, "a")
+        .unwrap()
+        .with_requeue_on_expiry(false);
+    // Make the directory first, so that the campaign's requests are its create and listing.
+    let raw = support::zk::raw().await;
+    let _ = raw
+        .create(
+            dir.rsplit_once('/').unwrap().0,
+            b"",
+            &zk_recipes::zk::CreateMode::Persistent.with_acls(zk_recipes::zk::Acls::anyone_all()),
+        )
+        .await;
+    let _ = raw
+        .create(
+            &dir,
+            b"",
+            &zk_recipes::zk::CreateMode::Persistent.with_acls(zk_recipes::zk::Acls::anyone_all()),
+        )
+        .await;
+    let session_before = s.session_id();
+    // The create is answered; the listing's reply is lost with the connection, which comes
+    // back at once (same session).
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(2),
+        FaultAction::Cut {
+            refuse_for: Duration::from_millis(0),
+        },
+    ));
+    let r = timeout(Duration::from_secs(10), e.campaign())
+        .await
+        .expect("campaign answered");
+    let status = proxy.fault_status();
+    let session_after = s.session_id();
+    let events = vec![format!("{:?}", s.state())];
+    assert!(
+        r.is_ok(),
+        "expected to lead (the session never expired: id before {session_before:?}, after \
+         {session_after:?}, epoch {:?}, state {events:?}, fault {status:?}); got {:?}",
+        s.epoch_number(),
+        r.as_ref().err()
+    );
+    drop(r);
+    s.close().await;
+}
+
+/// The same as `an_idle_observer_keeps_...`, through the `Grace` policy itself: the leader's
+/// connection stalls until the manager gives up on epoch 1 (0.85 T), then flows again before
+/// the server's timeout. The manager should have closed epoch 1's client; the idle stream keeps
+/// it, so it reconnects into the old session, whose leader node then blocks everyone.
+async fn grace_cut_with_idle_observer(keep_observer: bool) {
+    let dir = format!("{}/election", unique_root("grace-observer"));
+    // 10 s (the harness's largest): the window between the Grace deadline (8.5 s) and the
+    // server's expiry (10 s) leaves the client time to reconnect.
+    let (a, proxy) =
+        support::zk::session_via_proxy(Duration::from_secs(10), zk_recipes::LossPolicy::Grace)
+            .await;
+    let b = connect(&shared_server().connect_string()).await;
+    let raw = support::zk::raw().await;
+    let ea = Election::new(&a, &dir, "a").unwrap();
+    let leadership = ea.campaign().await.unwrap();
+    let old_node = leadership.path().to_string();
+    let old_session = leadership.session_id();
+    let mut changes = ea.observe();
+    let _ = timeout(Duration::from_secs(5), changes.next())
+        .await
+        .unwrap();
+    if !keep_observer {
+        drop(changes);
+    }
+    // Both directions of a's connection stall for 9 s (the connection is not dropped): the
+    // manager gives up on epoch 1 at 8.5 s; the server, which hears from the client again at
+    // 9 s, keeps the session.
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    proxy.arm(Fault::new(
+        FaultPoint::AfterReply(1),
+        FaultAction::Stall(Duration::from_secs(9)),
+    ));
+    let _ = a.read("/zookeeper").await;
+    let mut events = a.latest_state();
+    timeout(
+        Duration::from_secs(20),
+        events.wait_for(|e| !matches!(e, zk_recipes::SessionEvent::Connected { epoch: 1, .. })),
+    )
+    .await
+    .expect("the Grace policy to end epoch 1")
+    .unwrap();
+    eprintln!("state {:?}", a.state());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    timeout(Duration::from_secs(5), leadership.lost())
+        .await
+        .expect("lost()");
+    drop(leadership);
+    let eb = Election::new(&b, &dir, "b").unwrap();
+    let led = eb.campaign_timeout(Duration::from_secs(15)).await;
+    let owner_alive = raw
+        .check_stat(&old_node)
+        .await
+        .unwrap()
+        .map(|s| s.ephemeral_owner == old_session);
+    assert!(
+        led.is_ok(),
+        "expected b to lead within 15 s after a's epoch 1 was given up; got {led:?}; a's epoch-1 \
+         node still there owned by the old session: {owner_alive:?}; children: {:?}",
+        raw_children(&raw, &dir).await
+    );
+    drop(led);
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_grace_an_idle_observer_revives_the_given_up_session_and_blocks_the_election() {
+    grace_cut_with_idle_observer(true).await;
+}
+
+/// "Candidates lead in the order they joined. A candidate whose session expires while waiting
+/// joins again at the back." A connection blip (the session lives on) on the listing that
+/// follows a's create sends a to the back too: b, who joined after a's node was made, leads
+/// first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_blip_at_entry_sends_a_waiting_candidate_to_the_back() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let dir = format!("{}/election", unique_root("blip-order"));
+    let l_session = connect(&shared_server().connect_string()).await;
+    let b_session = connect(&shared_server().connect_string()).await;
+    let (a_session, proxy) =
+        support::zk::session_via_proxy(SESSION_TIMEOUT, zk_recipes::LossPolicy::Grace).await;
+    let raw = support::zk::raw().await;
+    let leader = Election::new(&l_session, &dir, "l")
+        .unwrap()
+        .campaign()
+        .await
+        .unwrap();
+    let a_id = a_session.session_id();
+    // a's create is applied; the listing's reply is lost and a cannot reconnect for 1 s.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(2),
+        FaultAction::Cut {
+            refuse_for: Duration::from_secs(1),
+        },
+    ));
+    let ea = Election::new(&a_session, &dir, "a").unwrap();
+    let a = tokio::spawn(async move { ea.campaign().await });
+    support::zk::wait_for_children(&dir, 2, "a's node to be created").await;
+    // b joins after a's node exists.
+    let eb = Election::new(&b_session, &dir, "b").unwrap();
+    let b = tokio::spawn(async move { eb.campaign().await });
+    support::zk::wait_for_children(&dir, 3, "b's node to be created").await;
+    let order_when_b_joined = raw_children(&raw, &dir).await;
+    // Let a reconnect (same session) and settle.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        a_session.session_id(),
+        a_id,
+        "a's session must not have changed"
+    );
+    let order_after = Election::new(&b_session, &dir, "x")
+        .unwrap()
+        .participants()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect::<Vec<_>>();
+    leader.resign().await.unwrap();
+    let first = tokio::select! {
+        r = a => { let _keep = r; "a" }
+        r = b => { let _keep = r; "b" }
+    };
+    assert_eq!(
+        first, "a",
+        "expected a (joined first, session never expired) to lead next; children when b \
+         joined: {order_when_b_joined:?}; queue after a's blip: {order_after:?}"
+    );
+}

@@ -10,11 +10,18 @@ use crate::error::{is_unknown, Error, LossReason, Result};
 use crate::path::{join, new_prefix, NodeKind, NodeName};
 use crate::session::{Epoch, Relocked, Session};
 
+/// The answer to a read of the queue's directory data (a semaphore's permit count).
+type DirData = std::result::Result<(Vec<u8>, zk::Stat), zk::Error>;
+
 /// Outcome of one attempt in one epoch.
 enum Attempt {
     Granted(Granted),
     /// The epoch ended (or our node vanished) while waiting: try again in the next one.
     Requeue(LossReason, Option<String>),
+    /// The connection blipped too often in a live epoch (the session is the same): our node
+    /// is being deleted; queue again, in this epoch. Not an expiry, whatever
+    /// `requeue_on_expiry` says.
+    Retry,
 }
 
 /// Acquires a place in the queue and waits until the rule grants it.
@@ -130,6 +137,12 @@ async fn acquire_in_turn(
         }
         match attempt(session, spec, wait, epoch, handover).await? {
             Attempt::Granted(g) => return Ok(g),
+            Attempt::Retry => {
+                tracing::info!(
+                    dir = spec.dir,
+                    "contender queues again after connection blips"
+                );
+            }
             Attempt::Requeue(reason, left) => {
                 if !spec.requeue_on_expiry {
                     if let Some(path) = left {
@@ -421,9 +434,13 @@ impl<'a> Waiter<'a> {
                     let czxid = stat.map(|stat| stat.czxid);
                     match listed {
                         Ok((children, _)) => break (node, czxid, children, dir_data),
-                        Err(err) if is_unknown(&err) => {
-                            return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
-                        }
+                        // A blip after our create: the node is ours and keeps its place.
+                        Err(err) if is_unknown(&err) => match list_again(&epoch, spec).await {
+                            Some((children, dir_data)) => break (node, czxid, children, dir_data),
+                            None => {
+                                return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
+                            }
+                        },
                         Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
                     }
                 }
@@ -488,6 +505,14 @@ impl<'a> Waiter<'a> {
                     };
                     match listed {
                         Ok((children, _)) => break (node, Some(czxid), children, dir_data),
+                        Err(err) if is_unknown(&err) => match list_again(&epoch, spec).await {
+                            Some((children, dir_data)) => {
+                                break (node, Some(czxid), children, dir_data)
+                            }
+                            None => {
+                                return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
+                            }
+                        },
                         Err(_) => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
                     }
                 }
@@ -558,7 +583,7 @@ impl<'a> Waiter<'a> {
     async fn check_kind(
         &mut self,
         children: &[String],
-        dir_data: Option<std::result::Result<(Vec<u8>, zk::Stat), zk::Error>>,
+        dir_data: Option<DirData>,
     ) -> std::result::Result<(), KindCheck> {
         let spec = self.spec;
         if let Some(other) = children
@@ -1043,7 +1068,7 @@ fn own_watch_fired(own_watch: &mut Option<WatchFuture>) -> Option<zk::WatchedEve
 }
 
 /// The epoch failed under us. If it has ended, re-queue (remembering our node, if any, as
-/// stale); if it is still alive (a connection blip), re-queue too, after deleting our node.
+/// stale); if it is still alive (connection blips), queue again, after deleting our node.
 fn requeue_or_retry(epoch: &Arc<Epoch>, pending: &mut Abandoned) -> Attempt {
     let reason = epoch.loss_reason().unwrap_or(LossReason::ConnectionLost);
     if epoch.lost_token().is_cancelled() {
@@ -1053,8 +1078,35 @@ fn requeue_or_retry(epoch: &Arc<Epoch>, pending: &mut Abandoned) -> Attempt {
     } else {
         // Still the same session: delete the node in the background, retried while it lives.
         pending.clean_now();
-        Attempt::Requeue(LossReason::ConnectionLost, None)
+        Attempt::Retry
     }
+}
+
+/// The directory's listing (and, for a semaphore, its data) read again after the answer to
+/// the listing that followed our create was lost in a connection blip. The epoch is alive, so
+/// our node is still ours and keeps its place in the queue (requests sent while disconnected
+/// wait for the reconnect, so this does not spin). `None` once the epoch has ended, the blips
+/// go on, or the listing is refused: the caller then queues again.
+async fn list_again(epoch: &Epoch, spec: &QueueSpec) -> Option<(Vec<String>, Option<DirData>)> {
+    let semaphore = matches!(spec.rule, Rule::Permits(_));
+    for _ in 0..20 {
+        if epoch.lost_token().is_cancelled() {
+            return None;
+        }
+        let list = epoch.get_children(&spec.dir);
+        let dir_data = semaphore.then(|| epoch.get_data(&spec.dir));
+        let listed = list.await;
+        let dir_data = match dir_data {
+            Some(read) => Some(read.await),
+            None => None,
+        };
+        match listed {
+            Ok((children, _)) => return Some((children, dir_data)),
+            Err(err) if is_unknown(&err) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 async fn recover_unknown_create(
