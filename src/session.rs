@@ -1682,7 +1682,10 @@ async fn wait_released(epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
             state.changed().await;
         }
     };
-    if tokio::time::timeout(Duration::from_secs(2), wait).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(2), wait)
+        .await
+        .is_err()
+    {
         // Something still holds the ended epoch (and its client, which may reconnect into the
         // old session and keep its ephemeral nodes): a bug of ours, or a future of ours kept
         // without being polled. Say so; the next epoch starts anyway.
