@@ -1307,10 +1307,14 @@ impl Session {
     pub(crate) async fn epoch(&self) -> Result<Arc<Epoch>> {
         let mut events = self.latest_state();
         loop {
+            // Mark the event seen before looking at the epoch: an epoch is installed before
+            // its `Connected` is published, so one installed after this look is announced by
+            // an event not seen yet, and `changed()` cannot miss it.
+            let closed = *events.borrow_and_update() == SessionEvent::Closed;
             if let Some(epoch) = self.current_epoch() {
                 return Ok(epoch);
             }
-            if *events.borrow_and_update() == SessionEvent::Closed {
+            if closed {
                 return Err(Error::Closed);
             }
             if events.changed().await.is_err() {
