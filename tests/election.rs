@@ -1387,22 +1387,37 @@ async fn raw_children(raw: &zk_recipes::zk::Client, dir: &str) -> Vec<String> {
     }
 }
 
-/// An ended epoch must close its ZooKeeper client so that its ephemeral nodes go (module docs
-/// of `session.rs`: "closes that client so its ephemeral nodes are not left behind"). A
-/// `LeaderChanges` stream that is not being polled keeps a strong `Arc<Epoch>` (the
-/// `Observer::epoch` field), so the old client lives on, keeps the old session alive, and its
-/// leader node stays first in line: no other candidate can ever lead.
-async fn ended_epoch_with_idle_observer(keep_observer: bool) {
+/// How the leader's epoch ends in [`idle_observer_then_the_epoch_ends`].
+#[derive(Debug, Clone, Copy)]
+enum EpochEnds {
+    /// As the loss policy ends it (`force_epoch_end`), the connection still up.
+    Forced,
+    /// Through `Grace` itself: both directions of the connection stall for 9 s (not dropped),
+    /// so the manager gives up on the epoch at 8.5 s while the server, which hears from the
+    /// client again at 9 s, keeps the 10 s session.
+    ByGrace,
+}
+
+/// An ended epoch must close its ZooKeeper client so that its ephemeral nodes go (the session
+/// manager "closes that client so its ephemeral nodes are not left behind"). A leader keeps a
+/// `LeaderChanges` stream of its own session, read once and then not polled; its epoch ends;
+/// another candidate must then lead. Before the fix the idle stream kept the ended epoch (and
+/// so its client), which carried on (`Forced`) or reconnected into the old session (`ByGrace`):
+/// the leader's node stayed first in line after `lost()` and nobody else could ever lead.
+async fn idle_observer_then_the_epoch_ends(ends: EpochEnds) {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
     let dir = format!("{}/election", unique_root("idle-observer"));
-    let a = connect(&shared_server().connect_string()).await;
+    // 10 s (the harness's largest): under `Grace`, the window between the manager's deadline
+    // (8.5 s) and the server's expiry (10 s) leaves the client time to reconnect.
+    let (a, proxy) =
+        support::zk::session_via_proxy(Duration::from_secs(10), zk_recipes::LossPolicy::Grace)
+            .await;
     let b = connect(&shared_server().connect_string()).await;
     let raw = support::zk::raw().await;
     let ea = Election::new(&a, &dir, "a").unwrap();
     let leadership = ea.campaign().await.unwrap();
     let old_node = leadership.path().to_string();
     let old_session = leadership.session_id();
-
-    // A bystander stream on the same session: one item read, then kept, idle.
     let mut changes = ea.observe();
     let first = timeout(Duration::from_secs(5), changes.next())
         .await
@@ -1410,21 +1425,35 @@ async fn ended_epoch_with_idle_observer(keep_observer: bool) {
         .expect("an item")
         .expect("no error");
     assert!(matches!(first, LeaderChange::Elected(_)), "{first:?}");
-    if !keep_observer {
-        drop(changes);
+    match ends {
+        EpochEnds::Forced => a.force_epoch_end(),
+        EpochEnds::ByGrace => {
+            proxy.arm(Fault::new(
+                FaultPoint::AfterReply(1),
+                FaultAction::Stall(Duration::from_secs(9)),
+            ));
+            let _ = a.read("/zookeeper").await;
+            let mut events = a.latest_state();
+            timeout(
+                Duration::from_secs(20),
+                events.wait_for(|e| {
+                    !matches!(e, zk_recipes::SessionEvent::Connected { epoch: 1, .. })
+                }),
+            )
+            .await
+            .expect("the Grace policy to end epoch 1")
+            .unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     }
-
-    // The loss policy gives up on epoch 1 (what `Grace` does after a cut of 0.85 T).
-    a.force_epoch_end();
     timeout(Duration::from_secs(5), leadership.lost())
         .await
         .expect("lost() after the epoch ended");
     drop(leadership);
-
-    // Another candidate must be able to lead once the ended epoch's client is closed.
-    let eb = Election::new(&b, &dir, "b").unwrap();
-    let led = eb.campaign_timeout(Duration::from_secs(8)).await;
-    let left = raw_children(&raw, &dir).await;
+    let led = Election::new(&b, &dir, "b")
+        .unwrap()
+        .campaign_timeout(Duration::from_secs(15))
+        .await;
     let owner_alive = raw
         .check_stat(&old_node)
         .await
@@ -1432,18 +1461,25 @@ async fn ended_epoch_with_idle_observer(keep_observer: bool) {
         .map(|s| s.ephemeral_owner == old_session);
     assert!(
         led.is_ok(),
-        "expected b to lead within 8 s after a's epoch 1 ended; got {led:?}; \
-         a's epoch-1 leader node still there owned by the old session: {owner_alive:?}; \
-         children: {left:?}"
+        "{ends:?}: expected b to lead within 15 s after a's epoch 1 ended; got {led:?}; a's \
+         epoch-1 leader node still there owned by the old session: {owner_alive:?}; children: {:?}",
+        raw_children(&raw, &dir).await
     );
+    // The idle stream lived until here.
+    drop(changes);
     drop(led);
     a.close().await;
     b.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_observer_keeps_an_ended_epochs_session_and_its_leader_node_alive() {
-    ended_epoch_with_idle_observer(true).await;
+async fn an_idle_observer_never_keeps_an_ended_epochs_leader_node() {
+    idle_observer_then_the_epoch_ends(EpochEnds::Forced).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_observer_never_revives_a_session_grace_gave_up() {
+    idle_observer_then_the_epoch_ends(EpochEnds::ByGrace).await;
 }
 
 /// `with_requeue_on_expiry(false)`: "a waiting candidate whose session expires ... campaign
@@ -1498,76 +1534,6 @@ async fn a_connection_blip_is_not_reported_as_session_expired_without_requeue() 
     );
     drop(r);
     s.close().await;
-}
-
-/// The same as `an_idle_observer_keeps_...`, through the `Grace` policy itself: the leader's
-/// connection stalls until the manager gives up on epoch 1 (0.85 T), then flows again before
-/// the server's timeout. The manager should have closed epoch 1's client; the idle stream keeps
-/// it, so it reconnects into the old session, whose leader node then blocks everyone.
-async fn grace_cut_with_idle_observer(keep_observer: bool) {
-    let dir = format!("{}/election", unique_root("grace-observer"));
-    // 10 s (the harness's largest): the window between the Grace deadline (8.5 s) and the
-    // server's expiry (10 s) leaves the client time to reconnect.
-    let (a, proxy) =
-        support::zk::session_via_proxy(Duration::from_secs(10), zk_recipes::LossPolicy::Grace)
-            .await;
-    let b = connect(&shared_server().connect_string()).await;
-    let raw = support::zk::raw().await;
-    let ea = Election::new(&a, &dir, "a").unwrap();
-    let leadership = ea.campaign().await.unwrap();
-    let old_node = leadership.path().to_string();
-    let old_session = leadership.session_id();
-    let mut changes = ea.observe();
-    let _ = timeout(Duration::from_secs(5), changes.next())
-        .await
-        .unwrap();
-    if !keep_observer {
-        drop(changes);
-    }
-    // Both directions of a's connection stall for 9 s (the connection is not dropped): the
-    // manager gives up on epoch 1 at 8.5 s; the server, which hears from the client again at
-    // 9 s, keeps the session.
-    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
-    proxy.arm(Fault::new(
-        FaultPoint::AfterReply(1),
-        FaultAction::Stall(Duration::from_secs(9)),
-    ));
-    let _ = a.read("/zookeeper").await;
-    let mut events = a.latest_state();
-    timeout(
-        Duration::from_secs(20),
-        events.wait_for(|e| !matches!(e, zk_recipes::SessionEvent::Connected { epoch: 1, .. })),
-    )
-    .await
-    .expect("the Grace policy to end epoch 1")
-    .unwrap();
-    eprintln!("state {:?}", a.state());
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    timeout(Duration::from_secs(5), leadership.lost())
-        .await
-        .expect("lost()");
-    drop(leadership);
-    let eb = Election::new(&b, &dir, "b").unwrap();
-    let led = eb.campaign_timeout(Duration::from_secs(15)).await;
-    let owner_alive = raw
-        .check_stat(&old_node)
-        .await
-        .unwrap()
-        .map(|s| s.ephemeral_owner == old_session);
-    assert!(
-        led.is_ok(),
-        "expected b to lead within 15 s after a's epoch 1 was given up; got {led:?}; a's epoch-1 \
-         node still there owned by the old session: {owner_alive:?}; children: {:?}",
-        raw_children(&raw, &dir).await
-    );
-    drop(led);
-    a.close().await;
-    b.close().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_grace_an_idle_observer_revives_the_given_up_session_and_blocks_the_election() {
-    grace_cut_with_idle_observer(true).await;
 }
 
 /// "Candidates lead in the order they joined. A candidate whose session expires while waiting

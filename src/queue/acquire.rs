@@ -435,7 +435,7 @@ impl<'a> Waiter<'a> {
                     match listed {
                         Ok((children, _)) => break (node, czxid, children, dir_data),
                         // A blip after our create: the node is ours and keeps its place.
-                        Err(err) if is_unknown(&err) => match list_again(&epoch, spec).await {
+                        Err(err) if is_unknown(&err) => match list_queue(&epoch, spec).await {
                             Some((children, dir_data)) => break (node, czxid, children, dir_data),
                             None => {
                                 return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
@@ -496,24 +496,11 @@ impl<'a> Waiter<'a> {
                         return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)));
                     };
                     pending.set_path(path);
-                    let list = epoch.get_children(&spec.dir);
-                    let dir_data = semaphore.then(|| epoch.get_data(&spec.dir));
-                    let listed = list.await;
-                    let dir_data = match dir_data {
-                        Some(read) => Some(read.await),
-                        None => None,
-                    };
-                    match listed {
-                        Ok((children, _)) => break (node, Some(czxid), children, dir_data),
-                        Err(err) if is_unknown(&err) => match list_again(&epoch, spec).await {
-                            Some((children, dir_data)) => {
-                                break (node, Some(czxid), children, dir_data)
-                            }
-                            None => {
-                                return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
-                            }
-                        },
-                        Err(_) => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
+                    match list_queue(&epoch, spec).await {
+                        Some((children, dir_data)) => {
+                            break (node, Some(czxid), children, dir_data)
+                        }
+                        None => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
                     }
                 }
                 // The server refused the merged drop's part: as above.
@@ -1082,12 +1069,13 @@ fn requeue_or_retry(epoch: &Arc<Epoch>, pending: &mut Abandoned) -> Attempt {
     }
 }
 
-/// The directory's listing (and, for a semaphore, its data) read again after the answer to
-/// the listing that followed our create was lost in a connection blip. The epoch is alive, so
-/// our node is still ours and keeps its place in the queue (requests sent while disconnected
-/// wait for the reconnect, so this does not spin). `None` once the epoch has ended, the blips
-/// go on, or the listing is refused: the caller then queues again.
-async fn list_again(epoch: &Epoch, spec: &QueueSpec) -> Option<(Vec<String>, Option<DirData>)> {
+/// The directory's listing (and, for a semaphore, its data), read once our node is known
+/// (after a create whose answer was lost and that was found again, or read again after a
+/// listing whose answer a connection blip lost). Read again while blips lose the answers in a
+/// live epoch: our node is still ours and keeps its place in the queue (requests sent while
+/// disconnected wait for the reconnect, so this does not spin). `None` once the epoch has
+/// ended, the blips go on, or the listing is refused: the caller then queues again.
+async fn list_queue(epoch: &Epoch, spec: &QueueSpec) -> Option<(Vec<String>, Option<DirData>)> {
     let semaphore = matches!(spec.rule, Rule::Permits(_));
     for _ in 0..20 {
         if epoch.lost_token().is_cancelled() {
