@@ -81,7 +81,7 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use crate::error::{is_unknown, Error, LossReason, Result};
+use crate::error::{failure, is_unknown, Error, Failure, LossReason, Result};
 use crate::guard::LockGuard;
 use crate::path::{join, new_prefix, Layout, NodeKind, NodeName};
 use crate::queue::{self, Contender, Granted, Holding, QueueSpec, Rule, Wait, LOCK_MEMBERS};
@@ -597,10 +597,10 @@ impl WriteGuard {
             }
             // The write node is kept only while it is still ours: a placement that failed
             // because the epoch ended (or that ended while it waited) holds nothing.
-            Placement::KeepWrite if epoch.lost_token().is_cancelled() || guard.is_lost() => {
+            Placement::KeepWrite if epoch.is_over() || guard.is_lost() => {
                 let reason = guard
                     .loss_reason()
-                    .or_else(|| epoch.loss_reason())
+                    .or_else(|| epoch.over_reason())
                     .unwrap_or(LossReason::SessionExpired);
                 Err(Error::LockLost(reason))
             }
@@ -642,6 +642,12 @@ impl RwLock {
             Err(zk::Error::NoNode) => {
                 pending.disarm();
                 return Placement::WriteLost(LossReason::NodeDeleted);
+            }
+            // The session is over, and our write node with it.
+            Err(err) if failure(&err) == Failure::SessionOver => {
+                pending.disarm();
+                let reason = epoch.over_reason().unwrap_or(LossReason::SessionExpired);
+                return Placement::WriteLost(reason);
             }
             Err(err) => {
                 // Unknown outcome: the pending node is looked for by its protection id and

@@ -695,6 +695,18 @@ impl Epoch {
         *self.reason.lock().unwrap()
     }
 
+    /// Why this epoch is over (see [`is_over`](Self::is_over)), also in the moment after its
+    /// client learnt that the session ended and before the supervisor ended the epoch: a
+    /// caller that met `SessionExpired` then must not take the epoch for live. `None` while
+    /// it lives.
+    pub(crate) fn over_reason(&self) -> Option<LossReason> {
+        self.loss_reason().or_else(|| match self.client.state() {
+            zk::SessionState::Closed => Some(LossReason::Closed),
+            state if state.is_terminated() => Some(LossReason::SessionExpired),
+            _ => None,
+        })
+    }
+
     fn end(&self, reason: LossReason) {
         let mut r = self.reason.lock().unwrap();
         if r.is_none() {

@@ -433,15 +433,20 @@ impl<'a> Waiter<'a> {
                     let node = NodeName::parse(&name).expect("our own node name parses");
                     let czxid = stat.map(|stat| stat.czxid);
                     match listed {
-                        Ok((children, _)) => break (node, czxid, children, dir_data),
-                        // A blip after our create: the node is ours and keeps its place.
-                        Err(err) if is_unknown(&err) => match list_queue(&epoch, spec).await {
+                        Ok((children, _)) if !dir_data_lost(&dir_data) => {
+                            break (node, czxid, children, dir_data)
+                        }
+                        Err(err) if !is_unknown(&err) => {
+                            return Err(Error::zk("get_children", &spec.dir, err))
+                        }
+                        // A blip after our create lost the listing (or the permit count's
+                        // read): the node is ours and keeps its place.
+                        _ => match list_queue(&epoch, spec).await {
                             Some((children, dir_data)) => break (node, czxid, children, dir_data),
                             None => {
                                 return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
                             }
                         },
-                        Err(err) => return Err(Error::zk("get_children", &spec.dir, err)),
                     }
                 }
                 // A merged drop's node was gone (nothing was applied): the lock() that took
@@ -1057,8 +1062,9 @@ fn own_watch_fired(own_watch: &mut Option<WatchFuture>) -> Option<zk::WatchedEve
 /// The epoch failed under us. If it has ended, re-queue (remembering our node, if any, as
 /// stale); if it is still alive (connection blips), queue again, after deleting our node.
 fn requeue_or_retry(epoch: &Arc<Epoch>, pending: &mut Abandoned) -> Attempt {
-    let reason = epoch.loss_reason().unwrap_or(LossReason::ConnectionLost);
-    if epoch.lost_token().is_cancelled() {
+    // Over, not only ended: the client may know that the session expired a moment before
+    // the supervisor ends the epoch, and that is no blip.
+    if let Some(reason) = epoch.over_reason() {
         let path = pending.path().map(str::to_string);
         pending.disarm();
         Attempt::Requeue(reason, path)
@@ -1078,7 +1084,7 @@ fn requeue_or_retry(epoch: &Arc<Epoch>, pending: &mut Abandoned) -> Attempt {
 async fn list_queue(epoch: &Epoch, spec: &QueueSpec) -> Option<(Vec<String>, Option<DirData>)> {
     let semaphore = matches!(spec.rule, Rule::Permits(_));
     for _ in 0..20 {
-        if epoch.lost_token().is_cancelled() {
+        if epoch.is_over() {
             return None;
         }
         let list = epoch.get_children(&spec.dir);
@@ -1089,12 +1095,19 @@ async fn list_queue(epoch: &Epoch, spec: &QueueSpec) -> Option<(Vec<String>, Opt
             None => None,
         };
         match listed {
+            // The permit count's read lost too: both again.
+            Ok(_) if dir_data_lost(&dir_data) => continue,
             Ok((children, _)) => return Some((children, dir_data)),
             Err(err) if is_unknown(&err) => continue,
             Err(_) => return None,
         }
     }
     None
+}
+
+/// Whether a semaphore's read of its directory data was lost in a blip (outcome unknown).
+fn dir_data_lost(dir_data: &Option<DirData>) -> bool {
+    matches!(dir_data, Some(Err(err)) if is_unknown(err))
 }
 
 async fn recover_unknown_create(

@@ -1,0 +1,250 @@
+//! Connection blips and expiries at a queue's entry and during a downgrade: a blip in a live
+//! session keeps a contender's place, an expiry is never taken for a blip. Each test failed on
+//! the code it was written against (a review of 2026-11-27 of that day's fixes), except the
+//! last, a regression test of a bound that held.
+mod support;
+
+use std::time::Duration;
+
+use support::zk::{children, session, session_via_proxy};
+use zk_recipes::testing::unique_root;
+use zk_recipes::{Error, FairLock, LossPolicy};
+
+/// Waiters with `with_requeue_on_expiry(false)` under `LossPolicy::OnExpiry` whose session
+/// expires while they wait must answer `SessionExpired`; none may queue again in the new
+/// session. Their watches fire (Session/Expired) before the session manager ends the epoch,
+/// so `requeue_or_retry` sees a live epoch and answers `Attempt::Retry`. Six sessions with two
+/// waiters each (one per lock, each behind a holder of its own) make the race show on most runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_waiter_expiry_under_on_expiry_answers_session_expired() {
+    const SESSIONS: usize = 6;
+    const PER_SESSION: usize = 2;
+    let h = session().await;
+    let mut ws = Vec::new();
+    let mut roots = Vec::new();
+    let mut held = Vec::new();
+    let mut tasks = Vec::new();
+    for s in 0..SESSIONS {
+        let (w, proxy) = session_via_proxy(Duration::from_secs(2), LossPolicy::OnExpiry).await;
+        for i in 0..PER_SESSION {
+            let root = unique_root(&format!("strict-expiry-{s}-{i}"));
+            held.push(FairLock::new(&h, &root).unwrap().lock().await.unwrap());
+            let strict = FairLock::new(&w, &root)
+                .unwrap()
+                .with_requeue_on_expiry(false);
+            tasks.push(tokio::spawn(async move { strict.lock().await }));
+            roots.push(root);
+        }
+        ws.push((w, proxy));
+    }
+    for root in &roots {
+        for _ in 0..100 {
+            if children(root).await.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(children(root).await.len(), 2);
+    }
+    for (w, proxy) in &ws {
+        proxy.expire(w).await.unwrap();
+    }
+    // Give the waiters time to see the expiry, then release the holders: a strict waiter that
+    // queued again in the new session is then granted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for g in held {
+        g.release().await.unwrap();
+    }
+    let mut granted = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let result = tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("strict waiter hung")
+            .unwrap();
+        match result {
+            Err(Error::SessionExpired) => {}
+            Ok(g) => granted.push(format!(
+                "waiter {i} granted in session {:#x}",
+                g.session_id()
+            )),
+            Err(other) => granted.push(format!("waiter {i}: {other:?}")),
+        }
+    }
+    assert!(
+        granted.is_empty(),
+        "strict waiters not answered SessionExpired after their session expired: {granted:?}"
+    );
+    for (w, _) in ws {
+        w.close().await;
+    }
+    h.close().await;
+}
+
+/// "Leases are granted in arrival order", and a connection blip in a live session keeps a
+/// contender's place (today's fix). A semaphore enters with three pipelined requests: its
+/// create, the listing, and the read of the directory's permit count. When only the last
+/// reply is lost in a blip, the listing came back, so `list_queue` is not reached:
+/// `check_kind` answers `Unknown` and the contender deletes its node and queues at the back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blip_on_the_semaphore_count_read_at_entry_keeps_the_place() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    use zk_recipes::Semaphore;
+    let dir = unique_root("sem-blip");
+    let l = session().await;
+    let b_session = session().await;
+    let (a_session, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
+    let holder = Semaphore::new(&l, &dir, 1)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let a_id = a_session.session_id();
+    // a's create and listing are answered; the reply to its read of the count is lost, and a
+    // cannot reconnect for 1 s.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(3),
+        FaultAction::Cut {
+            refuse_for: Duration::from_secs(1),
+        },
+    ));
+    let sa = Semaphore::new(&a_session, &dir, 1).unwrap();
+    let a = tokio::spawn(async move { sa.acquire().await });
+    support::zk::wait_for_children(&dir, 2, "a's node to be created").await;
+    let a_first_node = children(&dir).await;
+    let sb = Semaphore::new(&b_session, &dir, 1).unwrap();
+    let b = tokio::spawn(async move { sb.acquire().await });
+    support::zk::wait_for_children(&dir, 3, "b's node to be created").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(a_session.session_id(), a_id, "a's session must not change");
+    let mut after = children(&dir).await;
+    after.sort_by_key(|n| n.rsplit('-').next().unwrap().to_string());
+    let status = proxy.fault_status();
+    holder.release().await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            r = a => { drop(r); "a" }
+            r = b => { drop(r); "b" }
+        }
+    })
+    .await
+    .expect("someone acquires");
+    assert_eq!(
+        first, "a",
+        "expected a (queued first, same session throughout) to acquire next; queue when a \
+         entered: {a_first_node:?}; queue after a's blip: {after:?}; fault {status:?}"
+    );
+    drop(a_session);
+    drop(b_session);
+}
+
+/// `WriteGuard::downgrade`: "[`Error::LockLost`] if the write lock was lost before or during
+/// the downgrade. Nothing is held afterwards." Under `LossPolicy::OnExpiry` the session
+/// expires while the read node's create waits for the reconnect: the create fails with
+/// `SessionExpired` (classified "unknown"), `place_read_behind` answers `KeepWrite`, and the
+/// new check (`epoch.lost_token().is_cancelled() || guard.is_lost()`) runs before the session
+/// manager has ended the epoch: the downgrade answers `Ok` with an exclusive read guard on an
+/// expired session. Six sessions make the race show on most runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_whose_session_expires_meanwhile_answers_lock_lost() {
+    use zk_recipes::RwLock;
+    const SESSIONS: usize = 6;
+    let mut runs = Vec::new();
+    for i in 0..SESSIONS {
+        let (w, proxy) = session_via_proxy(Duration::from_secs(2), LossPolicy::OnExpiry).await;
+        let dir = unique_root(&format!("downgrade-expiry-{i}"));
+        let guard = RwLock::new(&w, &dir).unwrap().write().await.unwrap();
+        let info = w.zk_session_info().unwrap();
+        runs.push((w, proxy, dir, guard, info));
+    }
+    let mut tasks = Vec::new();
+    let mut kept = Vec::new();
+    for (w, proxy, dir, guard, info) in runs {
+        proxy.set_blocked(true);
+        // The client must know it is disconnected, so that the downgrade's requests wait for
+        // the reconnect (a request cut in flight is a mere blip, which keeps the write node).
+        for _ in 0..200 {
+            if !w.is_connected() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!w.is_connected());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tasks.push(tokio::spawn(async move { guard.downgrade().await }));
+        kept.push((w, proxy, dir, info));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for (i, t) in tasks.iter().enumerate() {
+        assert!(!t.is_finished(), "downgrade {i} answered before the expiry");
+    }
+    for (_, proxy, _, info) in &kept {
+        // The proxy is blocked already: it stays blocked while the session is closed.
+        zk_recipes::testing::expire_session(&[proxy], &proxy.target().to_string(), info.clone())
+            .await
+            .unwrap();
+    }
+    for (_, proxy, _, _) in &kept {
+        proxy.set_blocked(false);
+    }
+    let mut wrong = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let r = tokio::time::timeout(Duration::from_secs(15), t)
+            .await
+            .expect("downgrade answered")
+            .unwrap();
+        match r {
+            Err(Error::LockLost(_)) => {}
+            Ok(read) => {
+                let lost_now = read.is_lost();
+                // What the guard learns next: the session had expired (not a blip).
+                let _ = tokio::time::timeout(Duration::from_secs(5), read.lost()).await;
+                wrong.push(format!(
+                    "session {i}: Ok(read guard, exclusive {}, lost when looked at {lost_now}, \
+                     then loss reason {:?})",
+                    read.is_exclusive(),
+                    read.loss_reason()
+                ))
+            }
+            Err(other) => wrong.push(format!("session {i}: {other:?}")),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "downgrades on an expired session not answered LockLost: {wrong:?}"
+    );
+    for (w, _, _, _) in kept {
+        w.close().await;
+    }
+}
+
+/// A timed acquire whose listing reply is lost (so it sits in `list_queue`, waiting for the
+/// reconnect) answers `Timeout` at its deadline, and its node is deleted once the connection
+/// is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_during_list_queue_leaves_no_node() {
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    let dir = unique_root("list-again-timeout");
+    let h = session().await;
+    let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
+    let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(2),
+        FaultAction::Cut {
+            refuse_for: Duration::from_millis(1500),
+        },
+    ));
+    let started = std::time::Instant::now();
+    let r = FairLock::new(&a, &dir)
+        .unwrap()
+        .lock_timeout(Duration::from_millis(700))
+        .await;
+    let took = started.elapsed();
+    assert!(matches!(r, Err(Error::Timeout)), "got {r:?}");
+    assert!(took < Duration::from_millis(1200), "took {took:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let left = children(&dir).await;
+    assert_eq!(left.len(), 1, "stray node left: {left:?}");
+    held.release().await.unwrap();
+    a.close().await;
+    h.close().await;
+}
