@@ -700,11 +700,8 @@ impl Epoch {
     /// caller that met `SessionExpired` then must not take the epoch for live. `None` while
     /// it lives.
     pub(crate) fn over_reason(&self) -> Option<LossReason> {
-        self.loss_reason().or_else(|| match self.client.state() {
-            zk::SessionState::Closed => Some(LossReason::Closed),
-            state if state.is_terminated() => Some(LossReason::SessionExpired),
-            _ => None,
-        })
+        self.loss_reason()
+            .or_else(|| terminal_reason(self.client.state()))
     }
 
     fn end(&self, reason: LossReason) {
@@ -1508,6 +1505,15 @@ impl Session {
     #[doc(hidden)]
     pub fn zk_session_info(&self) -> Option<zk::SessionInfo> {
         self.current_epoch().map(|e| e.session_info())
+    }
+}
+
+/// Why a session in `state` is over, if it is (expired, closed, its authentication failed).
+pub(crate) fn terminal_reason(state: zk::SessionState) -> Option<LossReason> {
+    match state {
+        zk::SessionState::Closed => Some(LossReason::Closed),
+        state if state.is_terminated() => Some(LossReason::SessionExpired),
+        _ => None,
     }
 }
 

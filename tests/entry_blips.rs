@@ -6,9 +6,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::zk::{children, session, session_via_proxy};
-use zk_recipes::testing::unique_root;
-use zk_recipes::{Error, FairLock, LossPolicy};
+use support::zk::{children, session, session_via_proxy, wait_for_children};
+use zk_recipes::testing::{unique_root, Fault, FaultAction, FaultPoint};
+use zk_recipes::{Election, Error, FairLock, LossPolicy};
 
 /// Waiters with `with_requeue_on_expiry(false)` under `LossPolicy::OnExpiry` whose session
 /// expires while they wait must answer `SessionExpired`; none may queue again in the new
@@ -109,11 +109,11 @@ async fn a_blip_on_the_semaphore_count_read_at_entry_keeps_the_place() {
     ));
     let sa = Semaphore::new(&a_session, &dir, 1).unwrap();
     let a = tokio::spawn(async move { sa.acquire().await });
-    support::zk::wait_for_children(&dir, 2, "a's node to be created").await;
+    wait_for_children(&dir, 2, "a's node to be created").await;
     let a_first_node = children(&dir).await;
     let sb = Semaphore::new(&b_session, &dir, 1).unwrap();
     let b = tokio::spawn(async move { sb.acquire().await });
-    support::zk::wait_for_children(&dir, 3, "b's node to be created").await;
+    wait_for_children(&dir, 3, "b's node to be created").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(a_session.session_id(), a_id, "a's session must not change");
     let mut after = children(&dir).await;
@@ -247,4 +247,200 @@ async fn a_timeout_during_list_queue_leaves_no_node() {
     held.release().await.unwrap();
     a.close().await;
     h.close().await;
+}
+
+// ------------------------------------------------- an eleventh review, of the tenth's fixes
+
+fn by_seq(mut v: Vec<String>) -> Vec<String> {
+    v.sort_by_key(|n| n.rsplit('-').next().unwrap().to_string());
+    v
+}
+
+/// "A connection blip in the same session keeps its place" (the election docs). A waiter
+/// whose predecessor is deleted plainly (its holder's session closed) confirms its own node
+/// with one `exists` before the grant (`grant_if_first`, `!confirmed`); when that one reply is
+/// lost in a blip, `requeue()` answers `Attempt::Retry`: our node is deleted and we queue at
+/// the back, behind a contender that queued after us.
+async fn blip_on_confirm_before_grant(election: bool) {
+    let dir = unique_root(if election {
+        "confirm-el"
+    } else {
+        "confirm-lock"
+    });
+    let h = session().await;
+    let b_session = session().await;
+    let (a_session, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
+    let a_id = a_session.session_id();
+    let keep = Duration::from_secs(30);
+    let (_a, _b);
+    if election {
+        let holder = Election::new(&h, &dir, "h")
+            .unwrap()
+            .campaign()
+            .await
+            .unwrap();
+        std::mem::forget(holder);
+        let ea = Election::new(&a_session, &dir, "a").unwrap();
+        _a = tokio::spawn(async move {
+            let _l = ea.campaign().await;
+            tokio::time::sleep(keep).await;
+        });
+        wait_for_children(&dir, 2, "a queued").await;
+        let eb = Election::new(&b_session, &dir, "b").unwrap();
+        _b = tokio::spawn(async move {
+            let _l = eb.campaign().await;
+            tokio::time::sleep(keep).await;
+        });
+    } else {
+        let holder = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
+        std::mem::forget(holder);
+        let la = FairLock::new(&a_session, &dir).unwrap();
+        _a = tokio::spawn(async move {
+            let _g = la.lock().await;
+            tokio::time::sleep(keep).await;
+        });
+        wait_for_children(&dir, 2, "a queued").await;
+        let lb = FairLock::new(&b_session, &dir).unwrap();
+        _b = tokio::spawn(async move {
+            let _g = lb.lock().await;
+            tokio::time::sleep(keep).await;
+        });
+    }
+    wait_for_children(&dir, 3, "b queued").await;
+    // Let a and b arm their watches.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let queued = by_seq(children(&dir).await);
+    // a's next request after the holder's node goes is the `exists` of its own node.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(1),
+        FaultAction::Cut {
+            refuse_for: Duration::from_millis(300),
+        },
+    ));
+    // The holder's session ends: its node is deleted plainly (no release mark).
+    h.close().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = by_seq(children(&dir).await);
+    let status = proxy.fault_status();
+    assert_eq!(a_session.session_id(), a_id, "a's session must not change");
+    // a's node was the second of the three (after the holder's); it must now head the queue.
+    assert_eq!(
+        now.first(),
+        queued.get(1),
+        "a (queued before b, same session throughout, one blip) lost its place: queue before \
+         {queued:?}, after {now:?}; fault {status:?}"
+    );
+    _a.abort();
+    _b.abort();
+    drop(a_session);
+    drop(b_session);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blip_on_the_confirm_before_a_grant_keeps_the_place_lock() {
+    blip_on_confirm_before_grant(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blip_on_the_confirm_before_a_grant_keeps_the_place_election() {
+    blip_on_confirm_before_grant(true).await;
+}
+
+/// The entry keeps a semaphore contender's place when the read of the permit count is lost
+/// in a blip at entry; the write of the count (the first contender on an empty directory,
+/// `check_kind`'s `set_data`) lost the same way still answers `KindCheck::Unknown`, and
+/// `requeue_or_retry` deletes the node and queues at the back, in the same live session:
+/// b, which queued behind a meanwhile, is granted first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blip_on_the_semaphore_count_write_at_entry_keeps_the_place() {
+    use zk_recipes::Semaphore;
+    let dir = unique_root("sem-count-write");
+    let raw = support::zk::raw().await;
+    raw.create(
+        &dir,
+        b"",
+        &zk_recipes::zk::CreateMode::Persistent.with_acls(zk_recipes::zk::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    let b_session = session().await;
+    let (a_session, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
+    let a_id = a_session.session_id();
+    // a's create, listing and read of the (empty) count are answered; the reply to its write
+    // of the count is lost, and a cannot reconnect for 1 s.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(4),
+        FaultAction::Cut {
+            refuse_for: Duration::from_secs(1),
+        },
+    ));
+    let sa = Semaphore::new(&a_session, &dir, 1).unwrap();
+    let a = tokio::spawn(async move { sa.acquire().await.map(|g| (g, "a")) });
+    wait_for_children(&dir, 1, "a's node to be created").await;
+    let by = std::time::Instant::now() + Duration::from_secs(5);
+    while !matches!(
+        proxy.fault_status(),
+        zk_recipes::testing::FaultStatus::Fired { .. }
+    ) {
+        assert!(
+            std::time::Instant::now() < by,
+            "fault never fired: {:?}",
+            proxy.fault_status()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let a_first = children(&dir).await;
+    let sb = Semaphore::new(&b_session, &dir, 1).unwrap();
+    let b = tokio::spawn(async move { sb.acquire().await.map(|g| (g, "b")) });
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            r = a => r.unwrap().unwrap().1,
+            r = b => r.unwrap().unwrap().1,
+        }
+    })
+    .await
+    .expect("someone acquires");
+    let after = by_seq(children(&dir).await);
+    assert_eq!(a_session.session_id(), a_id, "a's session must not change");
+    assert_eq!(
+        first, "a",
+        "a (queued first, same session throughout, one blip) must be granted first; a's node \
+         at entry {a_first:?}, queue now {after:?}"
+    );
+    drop(a_session);
+    drop(b_session);
+}
+
+/// A waiter whose session is closed by `Session::close()` answers `Error::Closed` (strict and
+/// re-queueing alike), and is never granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_during_a_wait_answers_closed() {
+    for strict in [true, false] {
+        let dir = unique_root("close-wait");
+        let h = session().await;
+        let w = session().await;
+        let holder = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
+        let lw = FairLock::new(&w, &dir)
+            .unwrap()
+            .with_requeue_on_expiry(!strict);
+        let t = tokio::spawn(async move { lw.lock().await.map(|g| g.session_id()) });
+        wait_for_children(&dir, 2, "w queued").await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let closing = {
+            let w = w.clone();
+            tokio::spawn(async move { w.close().await })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        drop(holder);
+        let r = tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("waiter hung")
+            .unwrap();
+        closing.await.unwrap();
+        assert!(
+            matches!(r, Err(zk_recipes::Error::Closed)),
+            "strict={strict}: expected Err(Closed), got {r:?}"
+        );
+        h.close().await;
+    }
 }

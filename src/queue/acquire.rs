@@ -20,8 +20,8 @@ enum Attempt {
     Requeue(LossReason, Option<String>),
     /// The connection blipped too often in a live epoch (the session is the same): our node
     /// is being deleted; queue again, in this epoch. Not an expiry, whatever
-    /// `requeue_on_expiry` says.
-    Retry,
+    /// `requeue_on_expiry` says, unless the next attempt finds another epoch.
+    Retry(Arc<Epoch>),
 }
 
 /// Acquires a place in the queue and waits until the rule grants it.
@@ -125,23 +125,34 @@ async fn acquire_in_turn(
     mut held: Option<(Arc<Epoch>, Holding)>,
 ) -> Result<Granted> {
     let mut stale: Option<String> = None;
+    // The epoch of a `Retry`: the next attempt must run in it. Another one means the session
+    // ended after all (what looked like blips was its end), which is an expiry.
+    // Weak: held across the wait for an epoch, it must not keep an ended one's client.
+    let mut retry_in: Option<std::sync::Weak<Epoch>> = None;
     loop {
         // A relock's first attempt runs in the epoch of the node it releases.
         let (epoch, handover) = match held.take() {
             Some((epoch, holding)) => (epoch, Some(holding)),
             None => (epoch_before(session, wait).await?, None),
         };
+        if let Some(previous) = retry_in.take() {
+            if !std::ptr::eq(previous.as_ptr(), Arc::as_ptr(&epoch)) && !spec.requeue_on_expiry {
+                let reason = previous.upgrade().and_then(|e| e.over_reason());
+                return Err(lost_error(reason.unwrap_or(LossReason::SessionExpired)));
+            }
+        }
         if let Some(path) = stale.take() {
             // A node from an older session is deleted, never adopted.
             let _ = epoch.delete(&path, None).await;
         }
         match attempt(session, spec, wait, epoch, handover).await? {
             Attempt::Granted(g) => return Ok(g),
-            Attempt::Retry => {
+            Attempt::Retry(epoch) => {
                 tracing::info!(
                     dir = spec.dir,
                     "contender queues again after connection blips"
                 );
+                retry_in = Some(Arc::downgrade(&epoch));
             }
             Attempt::Requeue(reason, left) => {
                 if !spec.requeue_on_expiry {
@@ -150,18 +161,22 @@ async fn acquire_in_turn(
                             let _ = epoch.delete(&path, None).await;
                         }
                     }
-                    return Err(match reason {
-                        LossReason::SessionExpired | LossReason::ConnectionLost => {
-                            Error::SessionExpired
-                        }
-                        LossReason::Closed => Error::Closed,
-                        other => Error::LockLost(other),
-                    });
+                    return Err(lost_error(reason));
                 }
                 tracing::info!(dir = spec.dir, %reason, "contender re-queues");
                 stale = left;
             }
         }
+    }
+}
+
+/// What a contender that does not re-queue (`requeue_on_expiry(false)`) answers when its
+/// attempt ended for `reason`.
+fn lost_error(reason: LossReason) -> Error {
+    match reason {
+        LossReason::SessionExpired | LossReason::ConnectionLost => Error::SessionExpired,
+        LossReason::Closed => Error::Closed,
+        other => Error::LockLost(other),
     }
 }
 
@@ -433,15 +448,14 @@ impl<'a> Waiter<'a> {
                     let node = NodeName::parse(&name).expect("our own node name parses");
                     let czxid = stat.map(|stat| stat.czxid);
                     match listed {
-                        Ok((children, _)) if !dir_data_lost(&dir_data) => {
-                            break (node, czxid, children, dir_data)
-                        }
+                        Ok((children, _)) => break (node, czxid, children, dir_data),
                         Err(err) if !is_unknown(&err) => {
                             return Err(Error::zk("get_children", &spec.dir, err))
                         }
-                        // A blip after our create lost the listing (or the permit count's
-                        // read): the node is ours and keeps its place.
-                        _ => match list_queue(&epoch, spec).await {
+                        // A blip after our create lost the listing: the node is ours and keeps
+                        // its place. (A lost read of a semaphore's count is read again by
+                        // `check_kind`.)
+                        Err(_) => match list_queue(&epoch, spec).await {
                             Some((children, dir_data)) => break (node, czxid, children, dir_data),
                             None => {
                                 return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)))
@@ -593,16 +607,6 @@ impl<'a> Waiter<'a> {
             return Ok(());
         };
         let want = permits.to_string();
-        let (data, stat) = match dir_data {
-            Some(Ok(read)) => read,
-            Some(Err(err)) if is_unknown(&err) => return Err(KindCheck::Unknown),
-            // The directory is gone (and our node with it): the wait finds out.
-            Some(Err(_)) | None => return Ok(()),
-        };
-        let stored = String::from_utf8_lossy(&data).trim().to_string();
-        if stored == want {
-            return Ok(());
-        }
         let conflict = |stored: &str| {
             KindCheck::Conflict(Error::PathInUse {
                 path: spec.dir.clone(),
@@ -612,36 +616,56 @@ impl<'a> Waiter<'a> {
                 ours: format!("a semaphore with {permits} permits"),
             })
         };
-        if !stored.is_empty() {
-            if stored.parse::<usize>().is_err() {
-                // Data we did not write: leave it alone (and the count unchecked).
-                tracing::warn!(
-                    dir = spec.dir,
-                    "the semaphore's directory holds foreign data; its permit count is not checked"
-                );
+        let mut dir_data = dir_data;
+        loop {
+            let (data, stat) = match dir_data {
+                Some(Ok(read)) => read,
+                // A blip lost the answer (to the read, or to our write below): read again, our
+                // node keeps its place.
+                Some(Err(err)) if is_unknown(&err) => {
+                    if self.blipped_too_often() {
+                        return Err(KindCheck::Unknown);
+                    }
+                    dir_data = Some(self.epoch.get_data(&spec.dir).await);
+                    continue;
+                }
+                // The directory is gone (and our node with it): the wait finds out.
+                Some(Err(_)) | None => return Ok(()),
+            };
+            let stored = String::from_utf8_lossy(&data).trim().to_string();
+            if stored == want {
                 return Ok(());
             }
-            return Err(conflict(&stored));
-        }
-        // Empty: the first contender stores its count, once. A count is never overwritten
-        // while the directory lives, so two contenders can never each believe their own:
-        // of two racing writers one gets BadVersion and reads the other's.
-        match self
-            .epoch
-            .set_data(&spec.dir, want.as_bytes(), Some(stat.version))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(zk::Error::BadVersion) => match self.epoch.get_data(&spec.dir).await {
-                Ok((data, _)) if String::from_utf8_lossy(&data).trim() == want => Ok(()),
-                Ok((data, _)) => Err(conflict(String::from_utf8_lossy(&data).trim())),
-                Err(err) if is_unknown(&err) => Err(KindCheck::Unknown),
-                Err(_) => Ok(()),
-            },
-            Err(err) if is_unknown(&err) => Err(KindCheck::Unknown),
-            Err(err) => {
-                tracing::warn!(dir = spec.dir, %err, "cannot store the semaphore's permit count; it is not checked");
-                Ok(())
+            if !stored.is_empty() {
+                if stored.parse::<usize>().is_err() {
+                    // Data we did not write: leave it alone (and the count unchecked).
+                    tracing::warn!(
+                        dir = spec.dir,
+                        "the semaphore's directory holds foreign data; its permit count is not checked"
+                    );
+                    return Ok(());
+                }
+                return Err(conflict(&stored));
+            }
+            // Empty: the first contender stores its count, once. A count is never overwritten
+            // while the directory lives, so two contenders can never each believe their own:
+            // of two racing writers one gets BadVersion and reads the other's.
+            match self
+                .epoch
+                .set_data(&spec.dir, want.as_bytes(), Some(stat.version))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                // Someone stored a count first (perhaps our own write, whose answer a blip
+                // lost): read it.
+                Err(zk::Error::BadVersion) => {
+                    dir_data = Some(self.epoch.get_data(&spec.dir).await);
+                }
+                Err(err) if is_unknown(&err) => dir_data = Some(Err(err)),
+                Err(err) => {
+                    tracing::warn!(dir = spec.dir, %err, "cannot store the semaphore's permit count; it is not checked");
+                    return Ok(());
+                }
             }
         }
     }
@@ -651,8 +675,19 @@ impl<'a> Waiter<'a> {
     /// an epoch the loss policy has already given up must re-queue, not be lost at birth).
     async fn grant_if_first(&mut self) -> Result<Option<Attempt>> {
         loop {
+            if let Some(granted) = self.try_grant().await? {
+                return Ok(granted);
+            }
+            // A blip lost the answer to a read of our own node: still queued, look again.
+        }
+    }
+
+    /// One pass of [`grant_if_first`](Self::grant_if_first): `None` when a blip (in a live
+    /// epoch, not too many in a row) lost the answer to a read of our own node.
+    async fn try_grant(&mut self) -> Result<Option<Option<Attempt>>> {
+        loop {
             if !self.spec.watch_targets(&self.lower).is_empty() {
-                return Ok(None);
+                return Ok(Some(None));
             }
             if !self.cut {
                 break;
@@ -661,10 +696,10 @@ impl<'a> Waiter<'a> {
             // (the listing also confirms our own node).
             match relist(&self.epoch, self.spec, &self.me).await {
                 Ok(listed) => self.listed(listed),
-                Err(zk::Error::NoNode) => return Ok(Some(self.node_deleted())),
+                Err(zk::Error::NoNode) => return Ok(Some(Some(self.node_deleted()))),
                 Err(err) if is_unknown(&err) => {
                     if self.blipped_too_often() {
-                        return Ok(Some(self.requeue()));
+                        return Ok(Some(Some(self.requeue())));
                     }
                 }
                 Err(err) => return Err(Error::zk("get_children", &self.spec.dir, err)),
@@ -681,28 +716,32 @@ impl<'a> Waiter<'a> {
                     self.confirmed = true;
                     stat.czxid
                 }
-                Ok(_) => return Ok(Some(self.node_deleted())),
-                Err(err) if is_unknown(&err) => return Ok(Some(self.requeue())),
+                Ok(_) => return Ok(Some(Some(self.node_deleted()))),
+                Err(err) if is_unknown(&err) => return Ok(self.blip_in_grant()),
                 Err(err) => return Err(Error::zk("get_children", &self.my_path, err)),
             },
         };
         if !self.confirmed {
             match self.epoch.check_stat(&self.my_path).await {
                 Ok(Some(stat)) if stat.czxid == czxid => self.confirmed = true,
-                Ok(_) => return Ok(Some(self.node_deleted())),
-                Err(err) if is_unknown(&err) => return Ok(Some(self.requeue())),
+                Ok(_) => return Ok(Some(Some(self.node_deleted()))),
+                Err(err) if is_unknown(&err) => return Ok(self.blip_in_grant()),
                 Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
             }
         }
         // Our own node may be gone already: a waiter woken by its predecessor may have our
         // node's deletion (delivered first) ready as well.
-        match own_watch_fired(&mut self.own_watch).map(|e| e.event_type) {
-            Some(zk::EventType::NodeDeleted) => return Ok(Some(self.node_deleted())),
-            Some(zk::EventType::Session) => return Ok(Some(self.requeue())),
+        match own_watch_fired(&mut self.own_watch) {
+            Some(e) if e.event_type == zk::EventType::NodeDeleted => {
+                return Ok(Some(Some(self.node_deleted())))
+            }
+            Some(e) if e.event_type == zk::EventType::Session => {
+                return Ok(Some(Some(self.session_event(&e))))
+            }
             _ => {}
         }
         if self.epoch.is_over() || self.epoch.grace_passed() {
-            return Ok(Some(self.requeue()));
+            return Ok(Some(Some(self.requeue())));
         }
         self.pending.disarm();
         let span = tracing::Span::current();
@@ -738,13 +777,23 @@ impl<'a> Waiter<'a> {
                 }
             });
         }
-        Ok(Some(Attempt::Granted(Granted {
+        Ok(Some(Some(Attempt::Granted(Granted {
             epoch: self.epoch.clone(),
             path: self.my_path.clone(),
             name: self.me.clone(),
             czxid,
             own_watch: self.own_watch.take(),
-        })))
+        }))))
+    }
+
+    /// A read of our own node just before the grant lost its answer: look again (`None`),
+    /// unless the epoch is over or the blips go on (then queue again).
+    fn blip_in_grant(&mut self) -> Option<Option<Attempt>> {
+        if self.blipped_too_often() {
+            Some(Some(self.requeue()))
+        } else {
+            None
+        }
     }
 
     /// Step 2: watch the nodes that block us, and our own node.
@@ -852,7 +901,7 @@ impl<'a> Waiter<'a> {
         let spec = self.spec;
         match woke {
             Woke::Watched(target, event) => match event.event_type {
-                zk::EventType::Session => return Ok(Some(self.requeue())),
+                zk::EventType::Session => return Ok(Some(self.session_event(&event))),
                 zk::EventType::NodeDataChanged
                     if target.is_owner_write_only() && !matches!(spec.rule, Rule::Permits(_)) =>
                 {
@@ -896,7 +945,7 @@ impl<'a> Waiter<'a> {
                 // other event (none is expected on a child watch): re-arm.
                 self.own_watch = None;
                 match event.event_type {
-                    zk::EventType::Session => return Ok(Some(self.requeue())),
+                    zk::EventType::Session => return Ok(Some(self.session_event(&event))),
                     zk::EventType::NodeDeleted => {
                         // Queued now, awaited by nobody: the request is sent either way.
                         drop(self.epoch.delete(&self.my_path, None));
@@ -1011,6 +1060,20 @@ impl<'a> Waiter<'a> {
     fn requeue(&mut self) -> Attempt {
         requeue_or_retry(&self.epoch, &mut self.pending)
     }
+
+    /// A watch of ours was told that the session changed state. A watch may hear that the
+    /// session is over (expired) before the client's own state says so: the event decides
+    /// then, never taken for a blip.
+    fn session_event(&mut self, event: &zk::WatchedEvent) -> Attempt {
+        match self
+            .epoch
+            .over_reason()
+            .or_else(|| crate::session::terminal_reason(event.session_state))
+        {
+            Some(reason) => requeue_over(reason, &mut self.pending),
+            None => self.requeue(),
+        }
+    }
 }
 
 /// Why `check_kind` refused, or could not tell.
@@ -1065,14 +1128,20 @@ fn requeue_or_retry(epoch: &Arc<Epoch>, pending: &mut Abandoned) -> Attempt {
     // Over, not only ended: the client may know that the session expired a moment before
     // the supervisor ends the epoch, and that is no blip.
     if let Some(reason) = epoch.over_reason() {
-        let path = pending.path().map(str::to_string);
-        pending.disarm();
-        Attempt::Requeue(reason, path)
+        requeue_over(reason, pending)
     } else {
         // Still the same session: delete the node in the background, retried while it lives.
         pending.clean_now();
-        Attempt::Retry
+        Attempt::Retry(epoch.clone())
     }
+}
+
+/// The epoch is over (`reason`): re-queue in the next one, remembering our node, if any, as
+/// stale (deleted there, never adopted).
+fn requeue_over(reason: LossReason, pending: &mut Abandoned) -> Attempt {
+    let path = pending.path().map(str::to_string);
+    pending.disarm();
+    Attempt::Requeue(reason, path)
 }
 
 /// The directory's listing (and, for a semaphore, its data), read once our node is known
@@ -1095,19 +1164,12 @@ async fn list_queue(epoch: &Epoch, spec: &QueueSpec) -> Option<(Vec<String>, Opt
             None => None,
         };
         match listed {
-            // The permit count's read lost too: both again.
-            Ok(_) if dir_data_lost(&dir_data) => continue,
             Ok((children, _)) => return Some((children, dir_data)),
             Err(err) if is_unknown(&err) => continue,
             Err(_) => return None,
         }
     }
     None
-}
-
-/// Whether a semaphore's read of its directory data was lost in a blip (outcome unknown).
-fn dir_data_lost(dir_data: &Option<DirData>) -> bool {
-    matches!(dir_data, Some(Err(err)) if is_unknown(err))
 }
 
 async fn recover_unknown_create(
