@@ -1,13 +1,14 @@
-//! Connection blips and expiries at a queue's entry and during a downgrade: a blip in a live
-//! session keeps a contender's place, an expiry is never taken for a blip. Each test failed on
-//! the code it was written against (a review of 2026-11-27 of that day's fixes), except the
-//! last, a regression test of a bound that held.
+//! Connection blips and expiries around a queued contender and a downgrade: a blip in a live
+//! session keeps a contender's place, an expiry is never taken for a blip. Found by reviews of
+//! 2026-11-27 of that day's fixes; each test failed on the code it was written against, except
+//! the regression tests of bounds and answers that held (the timed acquire in `list_queue`, a
+//! close during a wait or a grant's retry).
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::zk::{children, session, session_via_proxy, wait_for_children};
-use zk_recipes::testing::{unique_root, Fault, FaultAction, FaultPoint};
+use zk_recipes::testing::{unique_root, Fault, FaultAction, FaultPoint, FaultStatus};
 use zk_recipes::{Election, Error, FairLock, LossPolicy};
 
 /// Waiters with `with_requeue_on_expiry(false)` under `LossPolicy::OnExpiry` whose session
@@ -442,5 +443,131 @@ async fn close_during_a_wait_answers_closed() {
             "strict={strict}: expected Err(Closed), got {r:?}"
         );
         h.close().await;
+    }
+}
+
+// ------------------------------------------------- a twelfth review, of the eleventh's fixes
+
+fn seq(n: &str) -> String {
+    n.rsplit('-').next().unwrap().to_string()
+}
+
+async fn wait_fired(proxy: &zk_recipes::testing::FaultProxy, what: &str) {
+    let by = Instant::now() + Duration::from_secs(5);
+    while !matches!(proxy.fault_status(), FaultStatus::Fired { .. }) {
+        assert!(
+            Instant::now() < by,
+            "{what}: fault never fired: {:?}",
+            proxy.fault_status()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A blip in a live session never costs a queued contender its place; only some twenty blips
+/// *in a row* do. Before the fix the count was never reset, so separate, fully recovered
+/// blips over one long wait added up, and the 21st (each one a single lost reply, the session
+/// reconnected in between) deleted the waiter's node and queued it at the back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_recovered_blips_never_cost_the_place() {
+    const ROUNDS: usize = 24;
+    let dir = unique_root("blips-add-up");
+    let h = session().await;
+    let b = session().await;
+    let (a_session, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let a_id = a_session.session_id();
+    let holder = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
+    // ROUNDS waiters of session b between the holder and a.
+    let mut xs = Vec::new();
+    for i in 0..ROUNDS {
+        let l = FairLock::new(&b, &dir).unwrap();
+        xs.push(tokio::spawn(async move {
+            let _g = l.lock().await;
+            tokio::time::sleep(Duration::from_secs(120)).await;
+        }));
+        wait_for_children(&dir, i + 2, "x queued").await;
+    }
+    let la = FairLock::new(&a_session, &dir).unwrap();
+    let a = tokio::spawn(async move {
+        let g = la.lock().await;
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        drop(g);
+    });
+    wait_for_children(&dir, ROUNDS + 2, "a queued").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut q: Vec<String> = children(&dir).await;
+    q.sort_by_key(|n| seq(n));
+    let a_node = q.last().unwrap().clone();
+    let mut fired = 0;
+    // Remove a's immediate predecessor, one at a time: a re-lists (reply 1) and arms a watch on
+    // the next one (reply 2); that reply is lost in a cut, a reconnects at once (same session)
+    // and arms again. One blip per round, each recovered.
+    for round in 0..ROUNDS {
+        proxy.arm(Fault::new(
+            FaultPoint::BeforeReply(2),
+            FaultAction::Cut {
+                refuse_for: Duration::from_millis(20),
+            },
+        ));
+        xs.pop().unwrap().abort();
+        wait_fired(&proxy, &format!("round {round}")).await;
+        fired += 1;
+        // Reconnected and re-armed.
+        let by = Instant::now() + Duration::from_secs(5);
+        while !a_session.is_connected() {
+            assert!(Instant::now() < by, "a never reconnected");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = children(&dir).await;
+        assert_eq!(a_session.session_id(), a_id, "a's session must not change");
+        assert!(
+            now.contains(&a_node),
+            "after {fired} separate blips (each one lost reply, reconnected at once, same session) \
+             a's node {a_node} was deleted and a queued again: queue now {now:?}"
+        );
+    }
+    drop(holder);
+    a.abort();
+}
+
+/// `Session::close()` while a waiter retries the read of its own node before the grant
+/// (`try_grant` after a lost `exists` reply, reconnect refused for 2 s): it must answer
+/// `Error::Closed`, strict and re-queueing alike, and never be granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_during_the_grant_retry_answers_closed() {
+    for strict in [true, false] {
+        let dir = unique_root("close-grant");
+        let h = session().await;
+        let (a_session, proxy) =
+            session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+        let holder = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
+        std::mem::forget(holder);
+        let la = FairLock::new(&a_session, &dir)
+            .unwrap()
+            .with_requeue_on_expiry(!strict);
+        let t = tokio::spawn(async move { la.lock().await.map(|g| g.session_id()) });
+        wait_for_children(&dir, 2, "a queued").await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        proxy.arm(Fault::new(
+            FaultPoint::BeforeReply(1),
+            FaultAction::Cut {
+                refuse_for: Duration::from_secs(2),
+            },
+        ));
+        h.close().await;
+        wait_fired(&proxy, "exists before grant").await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::timeout(Duration::from_secs(10), a_session.close())
+            .await
+            .expect("close hung");
+        let r = tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("waiter hung")
+            .unwrap();
+        assert!(
+            matches!(r, Err(zk_recipes::Error::Closed)),
+            "strict={strict}: expected Err(Closed), got {r:?}"
+        );
     }
 }

@@ -324,6 +324,8 @@ struct Waiter<'a> {
     /// its event may not have reached our own-node watch yet).
     confirmed: bool,
     missing_in_a_row: u32,
+    /// Requests whose answer a blip lost since the wait was last armed (see
+    /// `blipped_too_often`).
     blips: u32,
     /// Whether we armed a watch before being granted (a semaphore lease granted after waiting
     /// tells the waiter behind it, see `grant_if_first`).
@@ -863,6 +865,9 @@ impl<'a> Waiter<'a> {
             return Ok(Armed::Again);
         }
         self.missing_in_a_row = 0;
+        // Every watch answered: the blips before were recovered from. The bound counts blips
+        // in a row, not over a long wait.
+        self.blips = 0;
         self.waited = true;
         Ok(Armed::Watching(armed))
     }
@@ -1023,10 +1028,10 @@ impl<'a> Waiter<'a> {
     }
 
     /// Counts a request whose outcome is unknown: `true` once the attempt should re-queue
-    /// (the epoch has ended, or the connection blipped too often).
+    /// (the epoch is over, or more than 20 blips in a row, with no wait armed in between).
     fn blipped_too_often(&mut self) -> bool {
         self.blips += 1;
-        self.epoch.lost_token().is_cancelled() || self.blips > 20
+        self.epoch.is_over() || self.blips > 20
     }
 
     /// Gives up: removes our node before answering `err` (in the background, retried, if
