@@ -13,6 +13,10 @@ use crate::session::{Epoch, Relocked, Session};
 /// The answer to a read of the queue's directory data (a semaphore's permit count).
 type DirData = std::result::Result<(Vec<u8>, zk::Stat), zk::Error>;
 
+/// How many requests in a row a contender lets blips lose (in a live epoch) before it gives
+/// its node up and queues again.
+const MAX_BLIPS_IN_A_ROW: u32 = 20;
+
 /// Outcome of one attempt in one epoch.
 enum Attempt {
     Granted(Granted),
@@ -676,125 +680,116 @@ impl<'a> Waiter<'a> {
     /// is still there and that the epoch has not ended meanwhile (a create that completed in
     /// an epoch the loss policy has already given up must re-queue, not be lost at birth).
     async fn grant_if_first(&mut self) -> Result<Option<Attempt>> {
-        loop {
-            if let Some(granted) = self.try_grant().await? {
-                return Ok(granted);
-            }
-            // A blip lost the answer to a read of our own node: still queued, look again.
-        }
-    }
-
-    /// One pass of [`grant_if_first`](Self::grant_if_first): `None` when a blip (in a live
-    /// epoch, not too many in a row) lost the answer to a read of our own node.
-    async fn try_grant(&mut self) -> Result<Option<Option<Attempt>>> {
+        // Looked at again from the top after a blip (in a live epoch, not too many in a row)
+        // lost the answer to one of its reads: our node keeps its place.
         loop {
             if !self.spec.watch_targets(&self.lower).is_empty() {
-                return Ok(Some(None));
+                return Ok(None);
             }
-            if !self.cut {
-                break;
-            }
-            // Nothing blocks us in the window we kept, but members were below it: look again
-            // (the listing also confirms our own node).
-            match relist(&self.epoch, self.spec, &self.me).await {
-                Ok(listed) => self.listed(listed),
-                Err(zk::Error::NoNode) => return Ok(Some(Some(self.node_deleted()))),
-                Err(err) if is_unknown(&err) => {
-                    if self.blipped_too_often() {
-                        return Ok(Some(Some(self.requeue())));
+            if self.cut {
+                // Nothing blocks us in the window we kept, but members were below it: look again
+                // (the listing also confirms our own node).
+                match relist(&self.epoch, self.spec, &self.me).await {
+                    Ok(listed) => self.listed(listed),
+                    Err(zk::Error::NoNode) => return Ok(Some(self.node_deleted())),
+                    Err(err) if is_unknown(&err) => {
+                        if self.blipped_too_often() {
+                            return Ok(Some(self.requeue()));
+                        }
                     }
+                    Err(err) => return Err(Error::zk("get_children", &self.spec.dir, err)),
                 }
-                Err(err) => return Err(Error::zk("get_children", &self.spec.dir, err)),
+                continue;
             }
-        }
-        let czxid = match self.czxid {
-            Some(czxid) => czxid,
-            // A relock's node, not read yet (see `czxid`): read it now, with the own-node
-            // watch that the guard keeps.
-            None => match self.epoch.watch_own(&self.my_path).await {
-                Ok(Some((stat, w))) if self.owns(&stat) => {
-                    self.czxid = Some(stat.czxid);
-                    self.own_watch = Some(Box::pin(w.changed()));
-                    self.confirmed = true;
-                    stat.czxid
+            let czxid = match self.czxid {
+                Some(czxid) => czxid,
+                // A relock's node, not read yet (see `czxid`): read it now, with the own-node
+                // watch that the guard keeps.
+                None => match self.epoch.watch_own(&self.my_path).await {
+                    Ok(Some((stat, w))) if self.owns(&stat) => {
+                        self.czxid = Some(stat.czxid);
+                        self.own_watch = Some(Box::pin(w.changed()));
+                        self.confirmed = true;
+                        stat.czxid
+                    }
+                    Ok(_) => return Ok(Some(self.node_deleted())),
+                    Err(err) if is_unknown(&err) => {
+                        if self.blipped_too_often() {
+                            return Ok(Some(self.requeue()));
+                        }
+                        continue;
+                    }
+                    Err(err) => return Err(Error::zk("get_children", &self.my_path, err)),
+                },
+            };
+            if !self.confirmed {
+                match self.epoch.check_stat(&self.my_path).await {
+                    Ok(Some(stat)) if stat.czxid == czxid => self.confirmed = true,
+                    Ok(_) => return Ok(Some(self.node_deleted())),
+                    Err(err) if is_unknown(&err) => {
+                        if self.blipped_too_often() {
+                            return Ok(Some(self.requeue()));
+                        }
+                        continue;
+                    }
+                    Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
                 }
-                Ok(_) => return Ok(Some(Some(self.node_deleted()))),
-                Err(err) if is_unknown(&err) => return Ok(self.blip_in_grant()),
-                Err(err) => return Err(Error::zk("get_children", &self.my_path, err)),
-            },
-        };
-        if !self.confirmed {
-            match self.epoch.check_stat(&self.my_path).await {
-                Ok(Some(stat)) if stat.czxid == czxid => self.confirmed = true,
-                Ok(_) => return Ok(Some(Some(self.node_deleted()))),
-                Err(err) if is_unknown(&err) => return Ok(self.blip_in_grant()),
-                Err(err) => return Err(Error::zk("exists", &self.my_path, err)),
             }
-        }
-        // Our own node may be gone already: a waiter woken by its predecessor may have our
-        // node's deletion (delivered first) ready as well.
-        match own_watch_fired(&mut self.own_watch) {
-            Some(e) if e.event_type == zk::EventType::NodeDeleted => {
-                return Ok(Some(Some(self.node_deleted())))
-            }
-            Some(e) if e.event_type == zk::EventType::Session => {
-                return Ok(Some(Some(self.session_event(&e))))
-            }
-            _ => {}
-        }
-        if self.epoch.is_over() || self.epoch.grace_passed() {
-            return Ok(Some(Some(self.requeue())));
-        }
-        self.pending.disarm();
-        let span = tracing::Span::current();
-        span.record("node", self.me.name.as_str());
-        span.record("epoch", self.epoch.number);
-        span.record("session_id", format_args!("{:#x}", self.epoch.session_id));
-        if self.waited {
-            crate::observe::handoff(crate::observe::kind_label(self.spec.kind));
-        }
-        if matches!(self.spec.rule, Rule::Permits(_)) {
-            // A waiter behind us may watch our node alone and learn from this version bump
-            // that it is now the head of the queue (see `watch_targets`): on every grant, not
-            // only after a wait. A waiter whose listing the server answered before ours saw
-            // more members below it than ours then showed (one left in between), and one that
-            // listed while we armed saw us not yet granted; either watches us, and without a
-            // bump would stay blind to a free permit until we leave. Sent now, awaited in the
-            // background (it does not delay our grant) and retried after a blip while the
-            // epoch lives: a lost bump would leave the next waiter blind to free permits.
-            let bump = self.epoch.set_data(&self.my_path, &self.spec.data, Some(0));
-            let (epoch, path, data) = (
-                self.epoch.clone(),
-                self.my_path.clone(),
-                self.spec.data.clone(),
-            );
-            self.session.spawn_tracked(async move {
-                let mut result = bump.await;
-                let mut backoff = Duration::from_millis(20);
-                while matches!(&result, Err(e) if is_unknown(e)) && !epoch.is_over() {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    // BadVersion: the first one was applied after all; NoNode: released.
-                    result = epoch.set_data(&path, &data, Some(0)).await;
+            // Our own node may be gone already: a waiter woken by its predecessor may have our
+            // node's deletion (delivered first) ready as well.
+            match own_watch_fired(&mut self.own_watch) {
+                Some(e) if e.event_type == zk::EventType::NodeDeleted => {
+                    return Ok(Some(self.node_deleted()))
                 }
-            });
-        }
-        Ok(Some(Some(Attempt::Granted(Granted {
-            epoch: self.epoch.clone(),
-            path: self.my_path.clone(),
-            name: self.me.clone(),
-            czxid,
-            own_watch: self.own_watch.take(),
-        }))))
-    }
-
-    /// A read of our own node just before the grant lost its answer: look again (`None`),
-    /// unless the epoch is over or the blips go on (then queue again).
-    fn blip_in_grant(&mut self) -> Option<Option<Attempt>> {
-        if self.blipped_too_often() {
-            Some(Some(self.requeue()))
-        } else {
-            None
+                Some(e) if e.event_type == zk::EventType::Session => {
+                    return Ok(Some(self.session_event(&e)))
+                }
+                _ => {}
+            }
+            if self.epoch.is_over() || self.epoch.grace_passed() {
+                return Ok(Some(self.requeue()));
+            }
+            self.pending.disarm();
+            let span = tracing::Span::current();
+            span.record("node", self.me.name.as_str());
+            span.record("epoch", self.epoch.number);
+            span.record("session_id", format_args!("{:#x}", self.epoch.session_id));
+            if self.waited {
+                crate::observe::handoff(crate::observe::kind_label(self.spec.kind));
+            }
+            if matches!(self.spec.rule, Rule::Permits(_)) {
+                // A waiter behind us may watch our node alone and learn from this version bump
+                // that it is now the head of the queue (see `watch_targets`): on every grant, not
+                // only after a wait. A waiter whose listing the server answered before ours saw
+                // more members below it than ours then showed (one left in between), and one that
+                // listed while we armed saw us not yet granted; either watches us, and without a
+                // bump would stay blind to a free permit until we leave. Sent now, awaited in the
+                // background (it does not delay our grant) and retried after a blip while the
+                // epoch lives: a lost bump would leave the next waiter blind to free permits.
+                let bump = self.epoch.set_data(&self.my_path, &self.spec.data, Some(0));
+                let (epoch, path, data) = (
+                    self.epoch.clone(),
+                    self.my_path.clone(),
+                    self.spec.data.clone(),
+                );
+                self.session.spawn_tracked(async move {
+                    let mut result = bump.await;
+                    let mut backoff = Duration::from_millis(20);
+                    while matches!(&result, Err(e) if is_unknown(e)) && !epoch.is_over() {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                        // BadVersion: the first one was applied after all; NoNode: released.
+                        result = epoch.set_data(&path, &data, Some(0)).await;
+                    }
+                });
+            }
+            return Ok(Some(Attempt::Granted(Granted {
+                epoch: self.epoch.clone(),
+                path: self.my_path.clone(),
+                name: self.me.clone(),
+                czxid,
+                own_watch: self.own_watch.take(),
+            })));
         }
     }
 
@@ -1031,7 +1026,7 @@ impl<'a> Waiter<'a> {
     /// (the epoch is over, or more than 20 blips in a row, with no wait armed in between).
     fn blipped_too_often(&mut self) -> bool {
         self.blips += 1;
-        self.epoch.is_over() || self.blips > 20
+        self.epoch.is_over() || self.blips > MAX_BLIPS_IN_A_ROW
     }
 
     /// Gives up: removes our node before answering `err` (in the background, retried, if
@@ -1157,7 +1152,7 @@ fn requeue_over(reason: LossReason, pending: &mut Abandoned) -> Attempt {
 /// ended, the blips go on, or the listing is refused: the caller then queues again.
 async fn list_queue(epoch: &Epoch, spec: &QueueSpec) -> Option<(Vec<String>, Option<DirData>)> {
     let semaphore = matches!(spec.rule, Rule::Permits(_));
-    for _ in 0..20 {
+    for _ in 0..MAX_BLIPS_IN_A_ROW {
         if epoch.is_over() {
             return None;
         }
