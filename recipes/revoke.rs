@@ -13,8 +13,13 @@
 //! node, for a request node named after its node's protection id; when it appears,
 //! [`LockGuard::revoke_requested`](crate::LockGuard::revoke_requested) resolves. Letting go
 //! stays the holder's decision: a request is never a release, and nothing is handed on until
-//! the holder releases. The request node is ephemeral, so it goes with the revoker's session,
-//! and the holder deletes it when its guard ends.
+//! the holder releases. The request is made in one transaction with a check that the
+//! holder's node is still there, so it never lands after the holder has gone. It is
+//! ephemeral, so it goes with the revoker's session at the latest; before that, it goes with
+//! the node it asks: the revoker's session watches that node and deletes its request once the
+//! node is gone (released, given up while waiting, or its session over), whether or not the
+//! holder was revocable, and a revocable holder that was asked deletes it too when its guard
+//! ends.
 //!
 //! Our contender nodes accept writes from their creator only (that is what makes a foreign
 //! write unable to hand the lock on), so the request cannot be Curator's convention of writing
@@ -26,12 +31,15 @@
 //! request for a contender; Curator sorts it after every sequence number, where it blocks no
 //! one.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::path::{join, validate_path, NodeName};
 use crate::queue::list_contenders;
-use crate::session::Session;
+use crate::session::{Epoch, Session};
 use crate::Role;
 
 /// What Curator's `Revoker` writes into a holder's node.
@@ -47,7 +55,8 @@ pub(crate) fn request_path(dir: &str, protection: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Revocation {
     /// One of ours: the request node was created (or was there already). It is ephemeral in
-    /// the revoker's session: keep the session open until the holder has let go.
+    /// the revoker's session: keep the session open until the holder has let go. The
+    /// revoker's session deletes it once the holder's node is gone.
     Requested {
         /// The holder's node.
         node: String,
@@ -118,12 +127,21 @@ pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocat
     match (name.is_owner_write_only(), name.protection.as_deref()) {
         (true, Some(protection)) => {
             let request = request_path(path, protection);
-            let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
-            match epoch.create(&request, b"", &options).await {
-                Ok(_) | Err(zk::Error::NodeExists) => Ok(Revocation::Requested {
+            match epoch.create_while_exists(&node_path, &request).await {
+                Ok(()) => {
+                    withdraw_when_gone(session, &epoch, node_path.clone(), request.clone());
+                    Ok(Revocation::Requested {
+                        node: node_path,
+                        request,
+                    })
+                }
+                // Asked already (by us or another revoker, whose session takes it away).
+                Err(zk::Error::NodeExists) => Ok(Revocation::Requested {
                     node: node_path,
                     request,
                 }),
+                // The holder left between our look and our request: nobody to ask.
+                Err(zk::Error::NoNode) => Err(Error::zk("exists", &node_path, zk::Error::NoNode)),
                 Err(err) => Err(Error::zk("create", &request, err)),
             }
         }
@@ -132,6 +150,43 @@ pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocat
             Err(err) => Err(Error::zk("set_data", &node_path, err)),
         },
     }
+}
+
+/// Deletes our `request` once the contender `node` it asks is gone, in the background, for
+/// as long as the epoch that made it lives (the request is ephemeral: it goes with that
+/// session anyway). A holder that was not made revocable never looks at a request, and a
+/// waiter asked to let go may give up before it holds: without this the request stayed in
+/// the lock's directory as long as the revoker's session, and kept the directory from being
+/// reaped. Costs one `exists` watch on the node per request made.
+fn withdraw_when_gone(session: &Session, epoch: &Arc<Epoch>, node: String, request: String) {
+    let epoch = Arc::downgrade(epoch);
+    session.spawn_at_home(async move {
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let Some(live) = epoch.upgrade().filter(|e| !e.is_over()) else {
+                return;
+            };
+            let armed = live.check_and_watch_stat(&node).await;
+            drop(live);
+            match armed {
+                Ok((None, _)) => break,
+                Ok((Some(_), watcher)) => match watcher.changed().await.event_type {
+                    zk::EventType::NodeDeleted => break,
+                    // A data change (a Curator-style mark, refused on our nodes) or the
+                    // session's end: look again (an over epoch ends the loop).
+                    _ => continue,
+                },
+                Err(_) => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        if let Some(live) = epoch.upgrade() {
+            // `NoNode`: the holder took it away first.
+            let _ = live.delete(&request, None).await;
+        }
+    });
 }
 
 /// Asks every current holder of `path` (by the queue's rules, see

@@ -14,7 +14,11 @@
 //! and re-lists when woken: the one-notification shortcut of the fair lock does not hold here,
 //! since the lease that left need not have been the last one ahead. All contenders of one path
 //! must agree on `permits` (as with kazoo's `Semaphore` and Curator's
-//! `InterProcessSemaphoreV2`, which this does not share nodes with).
+//! `InterProcessSemaphoreV2`, which this does not share nodes with). The first contender
+//! stores its count in the directory's data and later ones with another count are refused
+//! (`PathInUse`): a check between contenders that disagree, not a defence against whoever may
+//! write the directory, who can change the stored count and so admit a semaphore of the new
+//! count beside leases of the old one (see the README's compatibility notes).
 //!
 //! # Fairness
 //!

@@ -923,6 +923,29 @@ impl Epoch {
         futures::FutureExt::map(sent_or_refused, answer)
     }
 
+    /// One transaction: a check that `node` exists, then the create of the ephemeral,
+    /// open `path` (a revocation request, made only while the holder it asks is there: a
+    /// request that landed after the holder had gone would ask nobody and stay). `NoNode` when
+    /// `node` is gone, `NodeExists` when `path` is there already.
+    pub(crate) fn create_while_exists<'a>(
+        &'a self,
+        node: &'a str,
+        path: &'a str,
+    ) -> impl Future<Output = ZkResult<()>> + Send + 'a {
+        let mut writer = self.client.new_multi_writer();
+        let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        let queued = writer
+            .add_check_version(node, -1)
+            .and_then(|_| writer.add_create(path, b"", &options));
+        let sent_or_refused = match queued {
+            Ok(()) => Either::Left(futures::FutureExt::map(writer.commit(), |r| {
+                r.map(|_| ()).map_err(zk::Error::from)
+            })),
+            Err(err) => Either::Right(std::future::ready(Err(err))),
+        };
+        self.track("multi", sent_or_refused)
+    }
+
     /// One transaction: `set_data(path, mark)` then `delete(path)`. A watcher of `path` gets a
     /// single NodeDataChanged: the release mark of the queue recipes.
     pub(crate) fn set_and_delete<'a>(

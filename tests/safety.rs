@@ -4,7 +4,7 @@
 mod support;
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::zk::{children, raw, session};
 use zk_recipes::testing::unique_root;
@@ -1058,6 +1058,153 @@ async fn revoke_refuses_a_node_name_with_a_slash() {
     );
 }
 
+/// The revocation requests (`revoke-…`) in `dir`.
+async fn revocation_requests(dir: &str) -> Vec<String> {
+    children(dir)
+        .await
+        .into_iter()
+        .filter(|c| c.starts_with("revoke-"))
+        .collect()
+}
+
+/// Waits up to 3 s for `dir` to hold no revocation request; answers what is left.
+async fn requests_left_after_settling(dir: &str) -> Vec<String> {
+    let mut left = revocation_requests(dir).await;
+    for _ in 0..60 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = revocation_requests(dir).await;
+    }
+    left
+}
+
+/// Given a revocable holder with a waiter behind it, when a revoker's request is on its way
+/// (the revoker's `exists` answered, its create held up 800 ms in the network) and the holder
+/// releases meanwhile, then `revoke` answers `NoNode` and no request is left in the lock's
+/// directory. Before the fix the request was made after the holder had gone, `revoke`
+/// answered `Requested`, and the node stayed for as long as the revoker's session lived
+/// (found by a review, 2026-11-27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_that_races_the_release_leaves_no_request_behind() {
+    let dir = unique_root("revoke-race");
+    let (holder_s, waiter_s) = (session().await, session().await);
+    let (revoker_s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let guard = FairLock::new(&holder_s, &dir)
+        .unwrap()
+        .with_revocable(true)
+        .lock()
+        .await
+        .unwrap();
+    let node = guard.path().rsplit('/').next().unwrap().to_string();
+    let waiter = FairLock::new(&waiter_s, &dir).unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock().await });
+    wait_for_children(&dir, 2).await;
+    // revoke(): the `exists` of the holder's node (request 1), then the request's create (2).
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(2),
+        FaultAction::Stall(Duration::from_millis(800)),
+    ));
+    let asked = tokio::spawn({
+        let (s, dir, node) = (revoker_s.clone(), dir.clone(), node.clone());
+        async move { zk_recipes::revoke(&s, &dir, &node).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter is granted")
+        .unwrap()
+        .unwrap();
+    let asked = tokio::time::timeout(Duration::from_secs(5), asked)
+        .await
+        .expect("revoke() answers")
+        .unwrap();
+    let left = requests_left_after_settling(&dir).await;
+    next.release().await.unwrap();
+    holder_s.close().await;
+    waiter_s.close().await;
+    revoker_s.close().await;
+    assert!(
+        left.is_empty(),
+        "the holder of {node} released, yet the revocation request {left:?} stays in {dir} \
+         (revoke answered {asked:?})"
+    );
+    assert!(
+        matches!(
+            &asked,
+            Err(Error::ZooKeeper {
+                source: zk::Error::NoNode,
+                ..
+            })
+        ),
+        "a request to a holder gone before it was made answered {asked:?}, not NoNode"
+    );
+}
+
+/// Given a holder made without `with_revocable` (it never watches for a request), when
+/// `revoke_holders` asks it and it then releases, then the request goes with it. Before the
+/// fix nothing deleted it: it stayed as long as the revoker's session (found by a review,
+/// 2026-11-27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_holder_that_is_not_revocable_goes_with_the_holder() {
+    let dir = unique_root("revoke-plain");
+    let (holder_s, revoker_s) = (session().await, session().await);
+    let guard = FairLock::new(&holder_s, &dir)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let asked = zk_recipes::revoke_holders(&revoker_s, &dir).await.unwrap();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(
+        revocation_requests(&dir).await.len(),
+        1,
+        "the request was made"
+    );
+    guard.release().await.unwrap();
+    let left = requests_left_after_settling(&dir).await;
+    holder_s.close().await;
+    revoker_s.close().await;
+    assert!(
+        left.is_empty(),
+        "the holder released, yet the request {left:?} stays in {dir} ({asked:?})"
+    );
+}
+
+/// Given a waiter asked to let go (`revoke` takes any contender's node), when its
+/// `lock_timeout` gives up, then no request is left behind (found by a review, 2026-11-27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_waiter_that_gives_up_goes_with_the_waiter() {
+    let dir = unique_root("revoke-waiter");
+    let (holder_s, waiter_s, revoker_s) = (session().await, session().await, session().await);
+    let guard = FairLock::new(&holder_s, &dir)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let waiter = FairLock::new(&waiter_s, &dir).unwrap().with_revocable(true);
+    let waiting =
+        tokio::spawn(async move { waiter.lock_timeout(Duration::from_millis(1500)).await });
+    let mut names = wait_for_children(&dir, 2).await;
+    names.sort_by_key(|n| zk_recipes::NodeName::parse(n).and_then(|n| n.sequence));
+    let asked = zk_recipes::revoke(&revoker_s, &dir, &names[1])
+        .await
+        .unwrap();
+    let r = waiting.await.unwrap();
+    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    let left = requests_left_after_settling(&dir).await;
+    guard.release().await.unwrap();
+    holder_s.close().await;
+    waiter_s.close().await;
+    revoker_s.close().await;
+    assert!(
+        left.is_empty(),
+        "the waiter gave up, yet the request {left:?} stays in {dir} ({asked:?})"
+    );
+}
+
 /// Given a simple-lock waiter queued behind another client's node, when an administrator
 /// deletes the lock's whole tree six times while it waits, each time letting its create meet
 /// the missing directory and making the tree and a holder's node again before its next create
@@ -1141,4 +1288,183 @@ async fn a_simple_lock_waiter_outlives_its_tree_deleted_many_times() {
         .expect("the waiter's lock() failed");
     granted.release().await.unwrap();
     s.close().await;
+}
+
+// Regression tests kept from a review of 2026-11-27 (reviewer B): both passed when written; they
+// pin that cancelled multi-lock acquires and semaphore waiters timing out as permits free leave
+// nothing behind and never exceed the permits.
+use support::rng::{seed_from_env, Rng};
+use zk_recipes::MultiLock;
+
+/// The nodes under `dirs` owned by `session_id`.
+async fn owned_by(admin: &zk::Client, dirs: &[String], session_id: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(children) = admin.list_children(d).await else {
+            continue;
+        };
+        for c in children {
+            let p = format!("{d}/{c}");
+            if let Ok(Some(st)) = admin.check_stat(&p).await {
+                if st.ephemeral_owner == session_id {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Given a multi-lock over three paths that another session keeps taking and letting go,
+/// when its acquires are cancelled at seeded random moments (and its connection stalls now
+/// and then), its grants released or dropped at random, then afterwards nothing of its
+/// session is left in any directory and every path is free for another session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_multi_lock_leaves_nothing() {
+    let seed = seed_from_env("ZKR_SAFETY_SEED");
+    eprintln!("seed {seed} (ZKR_SAFETY_SEED={seed} replays)");
+    let mut rng = Rng::new(seed);
+    let root = unique_root("multi-cancel");
+    let dirs: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|x| format!("{root}/{x}"))
+        .collect();
+    let (s1, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let s2 = session().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The other session: takes one path at a time for a short while.
+    let other = tokio::spawn({
+        let (s2, dirs, stop) = (s2.clone(), dirs.clone(), stop.clone());
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let d = &dirs[rng.below(3) as usize];
+                if let Ok(Ok(g)) = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    FairLock::new(&s2, d).unwrap().lock(),
+                )
+                .await
+                {
+                    tokio::time::sleep(rng.ms(0, 40)).await;
+                    if rng.one_in(2) {
+                        drop(g);
+                    } else {
+                        let _ = g.release().await;
+                    }
+                }
+                tokio::time::sleep(rng.ms(0, 30)).await;
+            }
+        }
+    });
+    let multi = MultiLock::new(&s1, &dirs).unwrap();
+    let mut grants = 0;
+    let started = Instant::now();
+    for i in 0..60 {
+        if rng.one_in(5) {
+            let k = rng.range(1, 8) as u32;
+            let point = if rng.one_in(2) {
+                FaultPoint::BeforeRequest(k)
+            } else {
+                FaultPoint::BeforeReply(k)
+            };
+            proxy.arm(Fault::new(point, FaultAction::Stall(rng.ms(5, 80))));
+        }
+        let cancel = rng.ms(0, 60);
+        let how = rng.below(3);
+        let got = match how {
+            0 => tokio::time::timeout(cancel, multi.lock()).await.ok(),
+            1 => Some(multi.try_lock().await),
+            _ => tokio::time::timeout(cancel, multi.lock_timeout(rng.ms(1, 80)))
+                .await
+                .ok(),
+        };
+        if let Some(Ok(g)) = got {
+            grants += 1;
+            tokio::time::sleep(rng.ms(0, 20)).await;
+            if rng.one_in(2) {
+                drop(g);
+            } else {
+                let _ = g.release().await;
+            }
+        }
+        if i % 20 == 19 {
+            eprintln!("{i}: {grants} grants, {:?}", started.elapsed());
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = tokio::time::timeout(Duration::from_secs(5), other).await;
+    proxy.disarm();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let admin = raw().await;
+    let sid = s1.session_id().expect("s1 connected");
+    let left = owned_by(&admin, &dirs, sid).await;
+    let mut busy = Vec::new();
+    for d in &dirs {
+        match FairLock::new(&s2, d).unwrap().try_lock().await {
+            Ok(g) => g.release().await.unwrap(),
+            Err(e) => busy.push(format!("{d}: {e}")),
+        }
+    }
+    s1.close().await;
+    s2.close().await;
+    assert!(
+        left.is_empty() && busy.is_empty(),
+        "seed {seed}: after {grants} grants, left behind by the multi-lock's session: {left:?}; \
+         paths not free: {busy:?}"
+    );
+}
+
+/// Given a semaphore of 2 with 2 holders and 3 waiters on `acquire_timeout`, whose deadlines
+/// fall at the moment both holders release, then within a second either a waiter holds or
+/// none waits any more, and nothing of a timed-out waiter is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_waiters_timing_out_as_permits_free_leave_nothing() {
+    let seed = seed_from_env("ZKR_SAFETY_SEED");
+    eprintln!("seed {seed}");
+    let mut rng = Rng::new(seed);
+    let dir = unique_root("sem-deadline");
+    let s = session().await;
+    let s2 = session().await;
+    for round in 0..8 {
+        let a = Semaphore::new(&s, &dir, 2).unwrap();
+        let h1 = a.acquire().await.unwrap();
+        let h2 = a.acquire().await.unwrap();
+        let b = Semaphore::new(&s2, &dir, 2).unwrap();
+        let t = Duration::from_millis(400);
+        let mut ws = Vec::new();
+        for _ in 0..3 {
+            let b = b.clone();
+            ws.push(tokio::spawn(async move { b.acquire_timeout(t).await }));
+        }
+        support::zk::wait_for_children(&dir, 5, "queued").await;
+        tokio::time::sleep(Duration::from_millis(380 - 40 + rng.below(80))).await;
+        if rng.one_in(2) {
+            drop(h1);
+            let _ = h2.release().await;
+        } else {
+            let _ = h1.release().await;
+            drop(h2);
+        }
+        let mut held = Vec::new();
+        for w in ws {
+            if let Ok(g) = w.await.unwrap() {
+                held.push(g);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let left = support::zk::children(&dir).await.len();
+        assert!(held.len() <= 2, "round {round}: {} holders", held.len());
+        assert_eq!(
+            left,
+            held.len(),
+            "round {round}, seed {seed}: {} nodes in the directory, {} holders",
+            left,
+            held.len()
+        );
+        for g in held {
+            g.release().await.unwrap();
+        }
+    }
+    s.close().await;
+    s2.close().await;
 }
