@@ -734,6 +734,12 @@ impl Epoch {
         self.track("delete", self.client.delete(path, version))
     }
 
+    /// Catches the server this client is connected to up with the leader (`sync`), so that a
+    /// read sent after it sees every write the leader had applied when it was sent.
+    pub(crate) fn sync(&self, path: &str) -> impl Future<Output = ZkResult<()>> + Send + '_ {
+        self.track("sync", self.client.sync(path))
+    }
+
     pub(crate) fn get_data(
         &self,
         path: &str,

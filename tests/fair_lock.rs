@@ -569,6 +569,80 @@ async fn holder_expiry_is_reported_and_handed_on() {
     b.close().await;
 }
 
+/// A waiter whose node someone else deletes (an administrator) queues again by itself; with
+/// `with_requeue_on_expiry(false)` it answers `LockLost(NodeDeleted)` instead and leaves no
+/// node, as the option's docs say (a question of a review, 2026-11-27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_node_is_deleted_requeues_or_answers_node_deleted() {
+    let root = unique_root("waiter-node-deleted");
+    let (h, w) = (session().await, session().await);
+    let held = FairLock::new(&h, &root).unwrap().lock().await.unwrap();
+    let requeuing = FairLock::new(&w, &root).unwrap();
+    let t1 = tokio::spawn(async move { requeuing.lock().await });
+    let mut kids = Vec::new();
+    for _ in 0..100 {
+        kids = children(&root).await;
+        if kids.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(kids.len(), 2, "{kids:?}");
+    let strict = FairLock::new(&w, &root)
+        .unwrap()
+        .with_requeue_on_expiry(false);
+    let t2 = tokio::spawn(async move { strict.lock().await });
+    let mut third = Vec::new();
+    for _ in 0..100 {
+        third = children(&root).await;
+        if third.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    third.retain(|k| !kids.contains(k));
+    assert_eq!(third.len(), 1, "the strict waiter's node");
+    let admin = raw().await;
+    let mut by_seq = kids.clone();
+    by_seq.sort_by_key(|k| k.rsplit('-').next().unwrap().to_string());
+    // Delete both waiters' nodes.
+    admin
+        .delete(&format!("{root}/{}", by_seq[1]), None)
+        .await
+        .unwrap();
+    admin
+        .delete(&format!("{root}/{}", third[0]), None)
+        .await
+        .unwrap();
+    let strict_result = tokio::time::timeout(Duration::from_secs(5), t2)
+        .await
+        .expect("the strict waiter answers")
+        .unwrap();
+    assert!(
+        matches!(strict_result, Err(Error::LockLost(LossReason::NodeDeleted))),
+        "{strict_result:?}"
+    );
+    // The other queued again: holder + one node.
+    let mut now = Vec::new();
+    for _ in 0..100 {
+        now = children(&root).await;
+        if now.len() == 2 && !now.contains(&by_seq[1]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(now.len(), 2, "holder and the re-queued waiter: {now:?}");
+    held.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(5), t1)
+        .await
+        .expect("the re-queued waiter is granted")
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+    w.close().await;
+    h.close().await;
+}
+
 /// A waiter's session expires: it re-queues by itself in the new session and gets the lock;
 /// with with_requeue_on_expiry(false) it fails with SessionExpired instead. No orphan either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1172,24 +1172,40 @@ async fn list_queue(epoch: &Epoch, spec: &QueueSpec) -> Option<(Vec<String>, Opt
     None
 }
 
+/// Finds our node after a create whose answer was lost (by its protection id): its path, name
+/// and czxid if it is there and ours; `None` if it is not (nothing was made), if it belongs to
+/// another session (deleted), or if the epoch is over or the search keeps losing its answers
+/// (the caller queues again or answers the loss).
 async fn recover_unknown_create(
     epoch: &Arc<Epoch>,
     spec: &QueueSpec,
     protection: &str,
 ) -> Option<(String, NodeName, i64)> {
-    if epoch.lost_token().is_cancelled() {
-        return None;
+    // A lost answer to the search (same session) looks again, as `list_queue` does: giving
+    // the node up at the first one queued us again at the back, behind contenders that came
+    // after us (two blips in a row cost the place; found by a review, 2026-11-27).
+    for _ in 0..MAX_BLIPS_IN_A_ROW {
+        if epoch.is_over() {
+            return None;
+        }
+        let (path, node) = match find_by_protection(epoch, &spec.dir, protection).await {
+            Ok(found) => found?,
+            Err(err) if err.is_outcome_unknown() => continue,
+            Err(_) => return None,
+        };
+        match epoch.get_data(&path).await {
+            Ok((_, stat)) if stat.ephemeral_owner == epoch.session_id => {
+                return Some((path, node, stat.czxid))
+            }
+            Ok(_) => {
+                let _ = epoch.delete(&path, None).await;
+                return None;
+            }
+            Err(err) if is_unknown(&err) => continue,
+            Err(_) => return None,
+        }
     }
-    let (path, node) = find_by_protection(epoch, &spec.dir, protection)
-        .await
-        .ok()??;
-    let (_, stat) = epoch.get_data(&path).await.ok()?;
-    if stat.ephemeral_owner == epoch.session_id {
-        Some((path, node, stat.czxid))
-    } else {
-        let _ = epoch.delete(&path, None).await;
-        None
-    }
+    None
 }
 
 async fn relist(

@@ -227,6 +227,14 @@ pub(crate) async fn find_by_protection(
     dir: &str,
     protection: &str,
 ) -> Result<Option<(String, NodeName)>> {
+    // A create whose answer was lost is not among the changes the client has seen, so on an
+    // ensemble the server it reconnected to may not have applied it yet: catch that server up
+    // with the leader first, or the search misses the node (read, not shown to fail: a
+    // follower cannot be made to lag on demand in the tests).
+    epoch
+        .sync(dir)
+        .await
+        .map_err(|err| Error::zk("sync", dir, err))?;
     let children = match epoch.get_children(dir).await {
         Ok((c, _)) => c,
         Err(zk::Error::NoNode) => return Ok(None),

@@ -308,7 +308,11 @@ macro_rules! queue_options {
             }
 
             /// Whether a waiter whose session expires re-queues by itself in the next session
-            /// (default `true`); with `false` it fails with `Error::SessionExpired`.
+            /// (default `true`); with `false` it fails with `Error::SessionExpired` (or
+            /// `Error::Closed` when the session was closed). With `false`, a waiter whose node
+            /// someone else deletes (an administrator, or the lock's directory removed) fails
+            /// with `Error::LockLost(LossReason::NodeDeleted)` instead of queueing again; a
+            /// connection blip in a live session never fails it.
             pub fn with_requeue_on_expiry(mut self, requeue: bool) -> Self {
                 std::sync::Arc::make_mut(&mut self.spec).requeue_on_expiry = requeue;
                 self
