@@ -127,16 +127,14 @@ pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocat
     match (name.is_owner_write_only(), name.protection.as_deref()) {
         (true, Some(protection)) => {
             let request = request_path(path, protection);
-            match epoch.create_while_exists(&node_path, &request).await {
-                Ok(()) => {
-                    withdraw_when_gone(session, &epoch, node_path.clone(), request.clone());
-                    Ok(Revocation::Requested {
-                        node: node_path,
-                        request,
-                    })
-                }
-                // Asked already (by us or another revoker, whose session takes it away).
-                Err(zk::Error::NodeExists) => Ok(Revocation::Requested {
+            // The withdrawal is started once the request is queued, before its answer: a
+            // request left there, whatever the answer (lost with the connection, or never
+            // awaited by a dropped future), goes with the node it asks.
+            let made = epoch.create_while_exists(&node_path, &request);
+            withdraw_when_gone(session, &epoch, node_path.clone(), request.clone());
+            match made.await {
+                // Made, or asked already (by us, or by another revoker).
+                Ok(()) | Err(zk::Error::NodeExists) => Ok(Revocation::Requested {
                     node: node_path,
                     request,
                 }),
@@ -152,7 +150,7 @@ pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocat
     }
 }
 
-/// Deletes our `request` once the contender `node` it asks is gone, in the background, for
+/// Deletes `request` (ours, if it was made) once the contender `node` it asks is gone, in the background, for
 /// as long as the epoch that made it lives (the request is ephemeral: it goes with that
 /// session anyway). A holder that was not made revocable never looks at a request, and a
 /// waiter asked to let go may give up before it holds: without this the request stayed in
@@ -182,9 +180,17 @@ fn withdraw_when_gone(session: &Session, epoch: &Arc<Epoch>, node: String, reque
                 }
             }
         }
-        if let Some(live) = epoch.upgrade() {
-            // `NoNode`: the holder took it away first.
-            let _ = live.delete(&request, None).await;
+        // Retried while a blip loses the answer; `NoNode`: the holder took it away first, or
+        // it was never made.
+        let mut backoff = Duration::from_millis(20);
+        while let Some(live) = epoch.upgrade().filter(|e| !e.is_over()) {
+            let deleted = live.delete(&request, None).await;
+            drop(live);
+            if !deleted.as_ref().is_err_and(crate::error::is_unknown) {
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     });
 }

@@ -1205,6 +1205,131 @@ async fn a_request_to_a_waiter_that_gives_up_goes_with_the_waiter() {
     );
 }
 
+// Found by a review of the fix above (2026-11-27, reviewer C): the withdrawal was started only
+// on a made request's answer, and its delete was tried once. Each failed before.
+
+/// Given a holder not made revocable and a revoker whose request's answer is lost with the
+/// connection (the server made the request; the revoker's session lives on), when the
+/// revoker tries again (`NodeExists`: `Requested`) and the holder then releases, then the
+/// request goes with the holder's node, as it does when the first answer arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_answer_was_lost_goes_with_the_holder() {
+    let dir = unique_root("revoke-lost-answer");
+    let holder_s = session().await;
+    let (revoker_s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let guard = FairLock::new(&holder_s, &dir)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let node = guard.path().rsplit('/').next().unwrap().to_string();
+    // revoke(): the `exists` of the holder's node (request 1), then the request's multi (2),
+    // whose reply is lost with the connection; the client reconnects at once.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(2),
+        FaultAction::Cut {
+            refuse_for: Duration::ZERO,
+        },
+    ));
+    let first = zk_recipes::revoke(&revoker_s, &dir, &node).await;
+    assert_eq!(
+        revocation_requests(&dir).await.len(),
+        1,
+        "the request was made ({first:?})"
+    );
+    // A caller told "outcome unknown" asks again.
+    let again = zk_recipes::revoke(&revoker_s, &dir, &node).await;
+    guard.release().await.unwrap();
+    let left = requests_left_after_settling(&dir).await;
+    holder_s.close().await;
+    revoker_s.close().await;
+    assert!(
+        left.is_empty(),
+        "the holder {node} released, yet the request {left:?} stays in {dir} for as long as \
+         the revoker's session (revoke answered {first:?}, then {again:?})"
+    );
+}
+
+/// Given a holder not made revocable, when a revoker's `revoke()` future is dropped after its
+/// request went out (a caller's timeout; the docs say the request "may or may not have been
+/// made") and the holder then releases, then the request goes with the holder's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_of_a_dropped_revoke_goes_with_the_holder() {
+    let dir = unique_root("revoke-dropped");
+    let holder_s = session().await;
+    let (revoker_s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let guard = FairLock::new(&holder_s, &dir)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let node = guard.path().rsplit('/').next().unwrap().to_string();
+    // The multi's reply is held 1 s: the caller's 300 ms timeout drops the future first.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(2),
+        FaultAction::Stall(Duration::from_millis(1000)),
+    ));
+    let r = tokio::time::timeout(
+        Duration::from_millis(300),
+        zk_recipes::revoke(&revoker_s, &dir, &node),
+    )
+    .await;
+    assert!(r.is_err(), "revoke answered before the timeout: {r:?}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        revocation_requests(&dir).await.len(),
+        1,
+        "the request was made"
+    );
+    guard.release().await.unwrap();
+    let left = requests_left_after_settling(&dir).await;
+    holder_s.close().await;
+    revoker_s.close().await;
+    assert!(
+        left.is_empty(),
+        "the holder {node} released, yet the request {left:?} of a dropped revoke() stays in \
+         {dir} for as long as the revoker's session"
+    );
+}
+
+/// Given a holder not made revocable and a revoker that asked it, when the holder releases
+/// and the revoker's delete of its request meets a connection blip (the revoker's session
+/// lives on), then the request still goes with the holder's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_that_meets_a_blip_still_withdraws() {
+    let dir = unique_root("revoke-withdraw-blip");
+    let holder_s = session().await;
+    let (revoker_s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let guard = FairLock::new(&holder_s, &dir)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let node = guard.path().rsplit('/').next().unwrap().to_string();
+    let asked = zk_recipes::revoke(&revoker_s, &dir, &node).await.unwrap();
+    // Let the background task arm its watch on the holder's node.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The revoker's next requests: the re-arm after the release mark (NodeDataChanged; it
+    // finds the node gone), then the withdrawal's delete: cut before it reaches the server.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(2),
+        FaultAction::Cut {
+            refuse_for: Duration::from_millis(50),
+        },
+    ));
+    guard.release().await.unwrap();
+    let left = requests_left_after_settling(&dir).await;
+    let status = proxy.fault_status();
+    eprintln!("fault {status:?}, left {left:?}");
+    holder_s.close().await;
+    revoker_s.close().await;
+    assert!(
+        left.is_empty(),
+        "the holder {node} released, yet the request {left:?} stays in {dir} for as long as \
+         the revoker's session ({asked:?}; fault {status:?})"
+    );
+}
+
 /// Given a simple-lock waiter queued behind another client's node, when an administrator
 /// deletes the lock's whole tree six times while it waits, each time letting its create meet
 /// the missing directory and making the tree and a holder's node again before its next create
