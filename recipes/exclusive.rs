@@ -220,6 +220,19 @@ impl ExclusiveLock {
             epoch
                 .check_creator_acls(&self.acls)
                 .map_err(|err| Error::zk("create", path, err))?;
+            // Our create is made only into a live, connected epoch (see
+            // `Epoch::wait_connected`); an epoch over meanwhile is followed by the next one.
+            let connected = tokio::select! {
+                c = epoch.wait_connected() => c,
+                _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
+            };
+            if !connected {
+                tokio::select! {
+                    _ = epoch.lost_token().cancelled() => {}
+                    _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
+                }
+                continue;
+            }
             // No other create at this path is in flight in this process while we hold this;
             // if the future is dropped, the undo guard keeps it until the cleanup is done.
             let serial = if try_only {

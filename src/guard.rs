@@ -130,6 +130,10 @@ impl LockGuard {
     /// read, which needs WRITE that only this session's identity has (one read more, and
     /// waiters of the simple lock see a data change, which they ignore).
     ///
+    /// While the connection is down, the transaction waits to be sent until the session is
+    /// connected again, and is never sent once the lock is lost: a guard whose `lost()` has
+    /// fired gets `LockLost`, even if the client later reconnects into the same session.
+    ///
     /// # Errors
     ///
     /// * [`Error::LockLost`](crate::Error::LockLost) if the lock is lost (told already, or

@@ -665,6 +665,31 @@ impl Epoch {
         self.lost.is_cancelled() || self.client.state().is_terminated()
     }
 
+    /// Waits until the client is connected (`true`) or the epoch is over (`false`). A request
+    /// made while disconnected waits in the client and is sent whenever it reconnects into the
+    /// session, even after the epoch has ended and its callers have been told so (`lost()`
+    /// fired, `close()` returned): a contender's create and a guarded write wait here instead,
+    /// and are made only into a live epoch. Connected: answers at once, with no allocation.
+    pub(crate) async fn wait_connected(&self) -> bool {
+        let connected = |state: zk::SessionState| state == zk::SessionState::SyncConnected;
+        if connected(self.client.state()) && !self.is_over() {
+            return true;
+        }
+        let mut state = self.client.state_watcher();
+        loop {
+            if self.is_over() {
+                return false;
+            }
+            if connected(state.peek_state()) {
+                return true;
+            }
+            tokio::select! {
+                _ = state.changed() => {}
+                _ = self.lost.cancelled() => return false,
+            }
+        }
+    }
+
     /// Whether the `Grace` deadline has passed, read from the clock instead of waiting for the
     /// supervisor: a process that was paused past the deadline must see the loss the moment
     /// it looks, even if its supervisor task has not run since it was resumed. Ends the epoch

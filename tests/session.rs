@@ -9,8 +9,8 @@ use support::zk::{children, raw, session, session_via_proxy, wait_for_children};
 
 use zk_recipes::testing::{shared_server, unique_root};
 use zk_recipes::{
-    Election, Error, ExclusiveLock, FairLock, LossPolicy, LossReason, MultiLock, RwLock, Semaphore,
-    Session, SessionEvent,
+    zk, Election, Error, ExclusiveLock, FairLock, LossPolicy, LossReason, MultiLock, Op, RwLock,
+    Semaphore, Session, SessionEvent,
 };
 
 /// Expiry while holding: lost() fires within the session timeout, the manager reports
@@ -888,8 +888,10 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 /// lives on), when each timed acquire is called with 300 ms, then each answers
 /// `Error::Timeout` within 2 s: a bounded wait is bounded whatever the connection does (it
 /// used to wait for the reconnect, or the client's own expiry at 7/5 of the session timeout,
-/// before its first step, create and list, was answered). And once the connection is back, the
-/// node each create made when it finally went out is deleted in the background.
+/// before its first step, create and list, was answered). No create is sent while the
+/// connection is down (each waits for the connection before it makes its node; until
+/// 2026-11-27 the creates were queued in the client, sent at the reconnect, and their nodes
+/// deleted in the background then), so nothing reaches the server once the connection is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_acquires_answer_in_time_while_disconnected_and_leave_no_node() {
     timed_acquires_while_disconnected(LossPolicy::OnExpiry).await;
@@ -918,7 +920,10 @@ async fn timed_acquires_while_disconnected(policy: LossPolicy) {
         .collect();
     make_dirs(&dirs).await;
     let (s, proxy) = session_via_proxy(Duration::from_secs(10), policy).await;
-    let before = cversion(&dirs[0]).await;
+    let mut before = Vec::new();
+    for d in &dirs {
+        before.push(cversion(d).await);
+    }
     cut_off(&s, &proxy).await;
     let d = Duration::from_millis(300);
     let (fair, rw) = (
@@ -973,12 +978,15 @@ async fn timed_acquires_while_disconnected(policy: LossPolicy) {
         );
     }
     reconnect(&s, &proxy).await;
-    // Under OnSuspend the cut ended the epoch before the acquires began: none of them need
-    // have created anything.
-    assert!(
-        policy == LossPolicy::OnSuspend || cversion(&dirs[0]).await > before,
-        "the fair lock's create never reached the server: nothing was left to clean up"
-    );
+    // Let anything still queued in the client reach the server.
+    s.read(&root).await.unwrap();
+    for (d, was) in dirs.iter().zip(&before) {
+        assert_eq!(
+            cversion(d).await,
+            *was,
+            "{d}: a create made while the connection was down reached the server at the reconnect"
+        );
+    }
     let context = "timed acquires abandoned while disconnected";
     assert_no_node_left(&s, &dirs, context, policy).await;
     s.close().await;
@@ -1365,4 +1373,126 @@ async fn hosts_written_with_spaces_fail_over() {
         matches!(r, Err(Error::InvalidArgument(_))),
         "a host name with a space inside answered {r:?}"
     );
+}
+
+// Found by a review of 2026-11-27 (reviewer C): a request queued while disconnected was sent
+// whenever the client reconnected, even after its epoch had ended (lost() fired, or close()
+// returned) and its caller been told so. Both failed before.
+
+/// Given a fair lock held through a session behind a proxy (`Grace`, 4 s), when the
+/// connection is cut, a guarded write is issued during the cut (before the Grace deadline),
+/// `lost()` fires, and the connection comes back before the server expires the session, then
+/// the write is not applied (and `guarded` answers a typed error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_write_is_never_applied_after_lost_fired() {
+    let root = unique_root("guarded-after-lost");
+    let dir = format!("{root}/lock");
+    let target = format!("{root}/state");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&root, b"", &open).await.unwrap();
+    admin.create(&target, b"v0", &open).await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
+    let guard = FairLock::new(&s, &dir).unwrap().lock().await.unwrap();
+    let token = guard.lost_token();
+    // The Grace clock runs from the newest answered request's send: make one now, and cut
+    // 0.7 s later (before the manager's heartbeat, due 0.8 s after it). lost() then fires
+    // about 2.7 s into the cut; the client's reconnect attempts back off (0, 0.1, 0.3, 0.7,
+    // 1.5, 3.1 s into the cut): the one at about 3.1 s comes after lost() and before the
+    // server expires the session (4 s after the last packet it heard).
+    s.read(&target).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.set_blocked(true);
+    let cut_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!guard.is_lost(), "lost at once under Grace");
+    let write = tokio::spawn(async move {
+        let r = guard
+            .guarded([Op::set_data(format!("{root}/state"), "v1", None)])
+            .await;
+        (r, guard)
+    });
+    tokio::time::timeout(Duration::from_secs(5), token.cancelled())
+        .await
+        .expect("lost() fires at the Grace deadline");
+    let lost_at = Instant::now();
+    eprintln!("lost() {:?} into the cut", lost_at - cut_at);
+    proxy.set_blocked(false);
+    let (r, guard) = tokio::time::timeout(Duration::from_secs(10), write)
+        .await
+        .expect("guarded answers")
+        .unwrap();
+    let (data, _) = admin.get_data(&target).await.unwrap();
+    eprintln!(
+        "guarded answered {r:?} {:?} after lost; data {:?}",
+        lost_at.elapsed(),
+        String::from_utf8_lossy(&data)
+    );
+    drop(guard);
+    s.close().await;
+    assert!(
+        data == b"v0",
+        "lost() fired, yet the guarded write was applied after it ({:?} later?): {:?} is now \
+         {:?}; guarded answered {r:?}",
+        lost_at.elapsed(),
+        target,
+        String::from_utf8_lossy(&data)
+    );
+    assert!(r.is_err(), "guarded answered {r:?} after lost() fired");
+}
+
+/// Given a session cut off from ZooKeeper (`OnExpiry`, 10 s) with a `lock()` running (its
+/// create queued while disconnected), when `close()` is called and returns, and the cut then
+/// heals before the server expires the session, then no node of that session appears in the
+/// lock's directory after `close()` returned, and the `lock()` answers a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_created_after_close_returned() {
+    let dir = unique_root("nothing-after-close");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&dir, b"", &open).await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    proxy.set_blocked(true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let acquire = tokio::spawn({
+        let lock = FairLock::new(&s, &dir).unwrap();
+        async move { lock.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), s.close())
+        .await
+        .expect("close() returns");
+    let closed_after = t0.elapsed();
+    let (_, before) = admin.get_children(&dir).await.unwrap();
+    proxy.set_blocked(false);
+    let r = tokio::time::timeout(Duration::from_secs(15), acquire)
+        .await
+        .expect("lock() answers")
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..40 {
+        let c = children(&dir).await;
+        if !c.is_empty() {
+            seen = c;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, after) = admin.get_children(&dir).await.unwrap();
+    eprintln!(
+        "close() took {closed_after:?}; lock() answered {:?}; seen {seen:?}; cversion {} -> {}",
+        r.as_ref().map(|g| g.path().to_string()),
+        before.cversion,
+        after.cversion
+    );
+    assert_eq!(before.cversion, after.cversion, "close() returned, yet the directory {dir} changed afterwards: a node of the closed session was made (and deleted) after it");
+    let ok = r.is_err();
+    drop(r);
+    assert!(
+        seen.is_empty(),
+        "close() returned, yet a node {seen:?} of the closed session appeared in {dir} afterwards"
+    );
+    assert!(ok, "lock() answered a guard after close()");
 }

@@ -194,9 +194,10 @@ pub(crate) const WITHDRAW_MARGIN: Duration = Duration::from_millis(500);
 ///
 /// Requests made while the connection is down wait for the reconnect, or for the end of the
 /// session (seconds: 7/5 of the session timeout with [`LossPolicy::OnExpiry`]), and so does
-/// every step of an acquire that awaits one: its first step (create our node and list the
-/// directory), the arming of its watches, the deletion of its node when it gives up. So
-/// instead of bounding each step, this drops `attempt`:
+/// every step of an acquire that awaits one: its first step (which waits for the connection
+/// before it creates our node and lists the directory, so that no node is made into an
+/// epoch that ended meanwhile), the arming of its watches, the deletion of its node when it
+/// gives up. So instead of bounding each step, this drops `attempt`:
 ///
 /// * `Wait::Until(Some(deadline))`: at the deadline, answers [`Error::Timeout`] at once if
 ///   the session is not connected; if it is, the attempt's own wait has just withdrawn (its
@@ -390,6 +391,13 @@ impl<'a> Waiter<'a> {
             // A relock's old node, once the server refused its part of the transaction (say
             // `NoAuth`): the error then names that node, not the directory.
             let refused = std::sync::OnceLock::new();
+            // A plain create is made only into a live, connected epoch: queued while
+            // disconnected, it was applied whenever the client reconnected into the session,
+            // even after `close()` had returned (found by a review, 2026-11-27). A relock's
+            // transaction releases a node we hold, and goes as it is.
+            if !relocking && !epoch.wait_connected().await {
+                return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)));
+            }
             let create = match handover.take() {
                 Some(mut held) => {
                     let old_path = held.path().to_string();

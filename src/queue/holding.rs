@@ -478,6 +478,15 @@ impl Holding {
                     },
                 })
                 .collect();
+            // Sent only into a live, connected epoch: queued while disconnected, it was
+            // applied whenever the client reconnected into the session, even after `lost()`
+            // had fired (found by a review, 2026-11-27).
+            if !epoch.wait_connected().await {
+                return Err(session_over(first));
+            }
+            if let Some(h) = holdings.iter().find(|h| h.is_lost()) {
+                return Err(lost(h));
+            }
             // Queued at call time: the serializers may go before the answer comes.
             let multi = epoch.guarded_multi(&checks, ops);
             drop(serials);
