@@ -220,19 +220,6 @@ impl ExclusiveLock {
             epoch
                 .check_creator_acls(&self.acls)
                 .map_err(|err| Error::zk("create", path, err))?;
-            // Our create is made only into a live, connected epoch (see
-            // `Epoch::wait_connected`); an epoch over meanwhile is followed by the next one.
-            let connected = tokio::select! {
-                c = epoch.wait_connected() => c,
-                _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
-            };
-            if !connected {
-                tokio::select! {
-                    _ = epoch.lost_token().cancelled() => {}
-                    _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
-                }
-                continue;
-            }
             // No other create at this path is in flight in this process while we hold this;
             // if the future is dropped, the undo guard keeps it until the cleanup is done.
             let serial = if try_only {
@@ -248,6 +235,23 @@ impl ExclusiveLock {
                     _ = sleep_until(deadline) => return Err(Error::Timeout),
                 }
             };
+            // Our create is made only into a live, connected epoch (see
+            // `Epoch::wait_connected`), checked under the serializer, just before the create:
+            // checked before it, the wait for another create of this session outlived the
+            // epoch, and ours went into the ended epoch's client (found by a review,
+            // 2026-11-27). An epoch over meanwhile is followed by the next one.
+            let connected = tokio::select! {
+                c = epoch.wait_connected() => c,
+                _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
+            };
+            if !connected {
+                drop(serial);
+                tokio::select! {
+                    _ = epoch.lost_token().cancelled() => {}
+                    _ = sleep_until(deadline), if !try_only => return Err(Error::Timeout),
+                }
+                continue;
+            }
             let mut undo = Abandoned::fixed(&self.session, &epoch, path, serial);
             // Only our session may write the node's data or ACL (see `Epoch::contender_acls`).
             let acls = epoch.contender_acls(&self.acls);

@@ -130,9 +130,17 @@ pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocat
             // The withdrawal is started once the request is queued, before its answer: a
             // request left there, whatever the answer (lost with the connection, or never
             // awaited by a dropped future), goes with the node it asks.
+            // The task waits for the answer when there is one: a request found there already
+            // (`NodeExists`) has its withdrawal, ours started by the call that made it, or
+            // another revoker's; one never made (a definite refusal) needs none. So repeated
+            // calls do not pile up tasks and watches (found by a review, 2026-11-27).
             let made = epoch.create_while_exists(&node_path, &request);
-            withdraw_when_gone(session, &epoch, node_path.clone(), request.clone());
-            match made.await {
+            let (answered, answer) = tokio::sync::oneshot::channel();
+            withdraw_when_gone(session, &epoch, node_path.clone(), request.clone(), answer);
+            let made = made.await;
+            let _ =
+                answered.send(made.is_ok() || made.as_ref().is_err_and(crate::error::is_unknown));
+            match made {
                 // Made, or asked already (by us, or by another revoker).
                 Ok(()) | Err(zk::Error::NodeExists) => Ok(Revocation::Requested {
                     node: node_path,
@@ -150,15 +158,26 @@ pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocat
     }
 }
 
-/// Deletes `request` (ours, if it was made) once the contender `node` it asks is gone, in the background, for
-/// as long as the epoch that made it lives (the request is ephemeral: it goes with that
-/// session anyway). A holder that was not made revocable never looks at a request, and a
+/// Deletes `request` (ours, if it was made) once the contender `node` it asks is gone, in
+/// the background, for as long as the epoch that made it lives (the request is ephemeral: it
+/// goes with that session anyway). A holder that was not made revocable never looks at a request, and a
 /// waiter asked to let go may give up before it holds: without this the request stayed in
 /// the lock's directory as long as the revoker's session, and kept the directory from being
-/// reaped. Costs one `exists` watch on the node per request made.
-fn withdraw_when_gone(session: &Session, epoch: &Arc<Epoch>, node: String, request: String) {
+/// reaped. Costs one `exists` watch on the node per request made. `made` says whether the
+/// request may have been made (made, or its answer lost); dropped unsent (the caller's future
+/// dropped before the answer), it may have been.
+fn withdraw_when_gone(
+    session: &Session,
+    epoch: &Arc<Epoch>,
+    node: String,
+    request: String,
+    made: tokio::sync::oneshot::Receiver<bool>,
+) {
     let epoch = Arc::downgrade(epoch);
     session.spawn_at_home(async move {
+        if made.await == Ok(false) {
+            return;
+        }
         let mut backoff = Duration::from_millis(20);
         loop {
             let Some(live) = epoch.upgrade().filter(|e| !e.is_over()) else {

@@ -624,10 +624,26 @@ impl RwLock {
         let mut pending = Abandoned::protected(&self.session, epoch, &spec.dir, &protection);
         let acls = epoch.contender_acls(&spec.acls);
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acls));
+        let bound = self.session.session_timeout() * 2;
+        // Made only into a live, connected epoch (see `Epoch::wait_connected`): queued while
+        // disconnected, the read node was made when the client reconnected into the session,
+        // after `close()` had returned (found by a review, 2026-11-27).
+        match tokio::time::timeout(bound, epoch.wait_connected()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                pending.disarm();
+                return Placement::WriteLost(
+                    epoch.over_reason().unwrap_or(LossReason::SessionExpired),
+                );
+            }
+            Err(_) => {
+                pending.disarm();
+                return Placement::KeepWrite;
+            }
+        }
         // One round trip: the listing is answered after the create.
         let create = epoch.create(&prefix_path, &spec.data, &options);
         let list = epoch.get_children(&spec.dir);
-        let bound = self.session.session_timeout() * 2;
         let answered = tokio::time::timeout(bound, async { (create.await, list.await) }).await;
         let Ok((created, listed)) = answered else {
             tracing::warn!(

@@ -1593,3 +1593,97 @@ async fn semaphore_waiters_timing_out_as_permits_free_leave_nothing() {
     s.close().await;
     s2.close().await;
 }
+
+// Found by a review of 2026-11-27 (reviewer D): every revoke() call started a withdrawal task
+// and its watch, even when the request was there already. The first test failed before; the
+// second (the tasks end with the revoker's session) passed, kept as a pin.
+
+/// Given a fair-lock holder that was not made revocable, when a revoker calls `revoke` on it
+/// again and again (a revoker that asks until the holder lets go: every call after the first
+/// answers `Requested` from `NodeExists`), then the revoker's session does not accumulate a
+/// withdrawal task (and an `exists` watch) per call: one per request made is the documented
+/// cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_revokes_of_one_holder_do_not_pile_up_withdrawal_tasks() {
+    let dir = unique_root("revoke-pile");
+    let (holder_s, revoker_s) = (support::zk::session().await, support::zk::session().await);
+    let guard = zk_recipes::FairLock::new(&holder_s, &dir)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let node = guard.path().rsplit('/').next().unwrap().to_string();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    zk_recipes::revoke(&revoker_s, &dir, &node).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = metrics.num_alive_tasks();
+    for _ in 0..200 {
+        let r = zk_recipes::revoke(&revoker_s, &dir, &node).await.unwrap();
+        assert!(
+            matches!(r, zk_recipes::Revocation::Requested { .. }),
+            "{r:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = metrics.num_alive_tasks();
+    eprintln!("alive tasks: {before} after the first revoke, {after} after 200 more");
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let settled = metrics.num_alive_tasks();
+    eprintln!("alive tasks once the holder released: {settled}");
+    holder_s.close().await;
+    revoker_s.close().await;
+    assert!(
+        after < before + 20,
+        "200 more revoke() calls on one holder left {} more tasks alive in the revoker's \
+         session ({before} -> {after}), each with an exists watch on the holder's node",
+        after - before
+    );
+}
+
+/// Given requests made by a revoker to a holder that is still there, when the revoker's
+/// session is closed, then its withdrawal tasks end (they do not outlive the session, nor keep
+/// its client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn withdrawal_tasks_end_with_the_revokers_session() {
+    let dir = unique_root("revoke-close");
+    let (holder_s, revoker_s) = (support::zk::session().await, support::zk::session().await);
+    let guard = zk_recipes::FairLock::new(&holder_s, &dir)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let node = guard.path().rsplit('/').next().unwrap().to_string();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let base = metrics.num_alive_tasks();
+    for _ in 0..20 {
+        zk_recipes::revoke(&revoker_s, &dir, &node).await.unwrap();
+    }
+    let during = metrics.num_alive_tasks();
+    let t0 = Instant::now();
+    revoker_s.close().await;
+    let closed_in = t0.elapsed();
+    let by = Instant::now() + Duration::from_secs(3);
+    while metrics.num_alive_tasks() > base && Instant::now() < by {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = metrics.num_alive_tasks();
+    eprintln!("tasks {base} -> {during} with 20 requests -> {after} after close() ({closed_in:?})");
+    let requests: Vec<String> = support::zk::children(&dir)
+        .await
+        .into_iter()
+        .filter(|c| c.starts_with("revoke-"))
+        .collect();
+    drop(guard);
+    holder_s.close().await;
+    assert!(
+        after <= base,
+        "{} withdrawal tasks outlived the revoker's session",
+        after - base
+    );
+    assert!(
+        requests.is_empty(),
+        "requests {requests:?} outlived the revoker's session"
+    );
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::zk::{children, raw, session, session_via_proxy, wait_for_children};
 
-use zk_recipes::testing::{shared_server, unique_root};
+use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
 use zk_recipes::{
     zk, Election, Error, ExclusiveLock, FairLock, LossPolicy, LossReason, MultiLock, Op, RwLock,
     Semaphore, Session, SessionEvent,
@@ -1495,4 +1495,363 @@ async fn nothing_is_created_after_close_returned() {
         "close() returned, yet a node {seen:?} of the closed session appeared in {dir} afterwards"
     );
     assert!(ok, "lock() answered a guard after close()");
+}
+
+// Found by a review of the fix above (2026-11-27, reviewer D): the simple lock checked the
+// connection before it waited for its path's serializer, a downgrade's read node and a merged
+// relock were made with no check at all. Each failed before. Kept as pins (they passed): the
+// simple lock's guarded write, and `sync` of a missing path (the search by protection id
+// relies on it).
+
+/// Waits until `s` says that its connection is gone (suspended, or its epoch ended).
+async fn wait_not_connected(s: &Session) {
+    let mut events = s.latest_state();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        events.wait_for(|e| {
+            matches!(
+                e,
+                SessionEvent::Suspended { .. }
+                    | SessionEvent::Expired { .. }
+                    | SessionEvent::Connecting
+            )
+        }),
+    )
+    .await
+    .expect("the session was not suspended")
+    .unwrap();
+}
+
+/// Collects, for `for_how_long`, every NodeCreated under `dir` seen by a persistent recursive
+/// watch of an administrator's client.
+async fn creations_under(admin: &zk::Client, dir: &str, for_how_long: Duration) -> Vec<String> {
+    let mut watcher = admin
+        .watch(dir, zk::AddWatchMode::PersistentRecursive)
+        .await
+        .expect("watch");
+    let mut created = Vec::new();
+    let by = Instant::now() + for_how_long;
+    loop {
+        let left = by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match tokio::time::timeout(left, watcher.changed()).await {
+            Ok(e) if e.event_type == zk::EventType::NodeCreated => created.push(e.path),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    created
+}
+
+/// Given a simple lock's `lock()` (B) that passed the connection gate while connected and then
+/// waits for the path's serializer, held by another `lock()` (A) of the same session whose
+/// create is in flight, when the connection is cut (`OnSuspend`: the epoch ends at once) and
+/// heals before the server expires the session, then B makes no node in the ended epoch (and
+/// answers no guard that is lost already). The gate is checked before the serializer is
+/// waited for (recipes/exclusive.rs), so B's create goes into the ended epoch's client, which
+/// B keeps open, and is applied when it reconnects into the old session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_lock_waiting_for_its_path_creates_nothing_in_an_ended_epoch() {
+    let root = unique_root("gate-simple-serial");
+    let path = format!("{root}/lock");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&root, b"", &open).await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnSuspend).await;
+    let sid1 = s.session_id().expect("connected");
+    s.read(&root).await.unwrap();
+    // A's create (and everything after it) is held back on its way to the server.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(1),
+        FaultAction::Stall(Duration::from_secs(5)),
+    ));
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let a = tokio::spawn({
+        let l = lock.clone();
+        async move { l.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    eprintln!("fault: {:?}", proxy.fault_status());
+    let b = tokio::spawn({
+        let l = lock.clone();
+        async move { l.lock().await }
+    });
+    // B is past the gate (connected) and waits for A's serializer.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_blocked(true);
+    let cut_at = Instant::now();
+    wait_not_connected(&s).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.disarm();
+    // Every creation of the lock's node from now on (the epoch of session 1 ended at the cut).
+    let watching = {
+        let admin = admin.clone();
+        let root = root.clone();
+        tokio::spawn(async move { creations_under(&admin, &root, Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_blocked(false);
+    let b_answer = tokio::time::timeout(Duration::from_secs(10), b).await;
+    let created = watching.await.unwrap();
+    let (b_summary, b_in_session_1) = match &b_answer {
+        Ok(Ok(Ok(g))) => (
+            format!(
+                "Ok(guard of session {:#x}, fencing token {}, is_lost {})",
+                g.session_id(),
+                g.fencing_token(),
+                g.is_lost()
+            ),
+            g.session_id() == sid1,
+        ),
+        Ok(Ok(Err(e))) => (format!("Err({e:?})"), false),
+        Ok(Err(e)) => (format!("task failed: {e}"), false),
+        Err(_) => ("not answered".into(), false),
+    };
+    eprintln!(
+        "session 1 {sid1:#x}, {:?} since the cut; B: {b_summary}; created after the cut: {created:?}; epoch now {:?}",
+        cut_at.elapsed(),
+        s.epoch_number()
+    );
+    a.abort();
+    drop(b_answer);
+    s.close().await;
+    assert!(
+        !b_in_session_1,
+        "the epoch of session {sid1:#x} ended at the cut, yet lock() made its node in that \
+         session afterwards and answered {b_summary}; creations seen: {created:?}"
+    );
+}
+
+/// As [`a_simple_lock_waiting_for_its_path_creates_nothing_in_an_ended_epoch`], under
+/// `OnExpiry`, ended by `close()`: the connection is cut, `close()` returns, the cut heals
+/// before the server expires the session; then nothing is created at the lock's path after
+/// `close()` returned (as `nothing_is_created_after_close_returned` asks of the fair lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_lock_waiting_for_its_path_creates_nothing_after_close_returned() {
+    let root = unique_root("gate-simple-close");
+    let path = format!("{root}/lock");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&root, b"", &open).await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    s.read(&root).await.unwrap();
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(1),
+        FaultAction::Stall(Duration::from_secs(5)),
+    ));
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let a = tokio::spawn({
+        let l = lock.clone();
+        async move { l.lock().await.map(drop) }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = tokio::spawn({
+        let l = lock.clone();
+        async move { l.lock().await.map(|g| (g.session_id(), g.is_lost())) }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_blocked(true);
+    wait_not_connected(&s).await;
+    tokio::time::timeout(Duration::from_secs(15), s.close())
+        .await
+        .expect("close() returns");
+    proxy.disarm();
+    let watching = {
+        let admin = admin.clone();
+        let root = root.clone();
+        tokio::spawn(async move { creations_under(&admin, &root, Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_blocked(false);
+    let created = watching.await.unwrap();
+    let ra = tokio::time::timeout(Duration::from_secs(5), a).await;
+    let rb = tokio::time::timeout(Duration::from_secs(5), b).await;
+    eprintln!("after close(): created {created:?}; A answered {ra:?}; B answered {rb:?}");
+    assert!(
+        created.is_empty(),
+        "close() returned, yet {created:?} was made afterwards; A answered {ra:?}, B {rb:?}"
+    );
+}
+/// Given a write guard of a read/write lock held through a session whose connection is then
+/// cut (`OnExpiry`, 10 s), when `downgrade()` is called during the cut, `close()` is called and
+/// returns, and the cut heals before the server expires the session, then no node appears in
+/// the lock's directory after `close()` returned (as `nothing_is_created_after_close_returned`
+/// asks of `lock()`): the downgrade's read node is created without the connection gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_during_a_cut_creates_nothing_after_close_returned() {
+    let dir = unique_root("gate-downgrade");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&dir, b"", &open).await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let write = RwLock::new(&s, &dir).unwrap().write().await.unwrap();
+    proxy.set_blocked(true);
+    wait_not_connected(&s).await;
+    let down = tokio::spawn(async move { write.downgrade().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), s.close())
+        .await
+        .expect("close() returns");
+    let closed_after = t0.elapsed();
+    let watching = {
+        let admin = admin.clone();
+        let dir = dir.clone();
+        tokio::spawn(async move { creations_under(&admin, &dir, Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.set_blocked(false);
+    let created = watching.await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(15), down)
+        .await
+        .expect("downgrade() answers")
+        .unwrap();
+    let summary = match &r {
+        Ok(g) => format!("Ok(read guard {})", g.path()),
+        Err(e) => format!("Err({e:?})"),
+    };
+    eprintln!("close() took {closed_after:?}; downgrade answered {summary}; created after close: {created:?}");
+    drop(r);
+    assert!(
+        created.is_empty(),
+        "close() returned, yet nodes {created:?} of the closed session were made in {dir} \
+         afterwards; downgrade answered {summary}"
+    );
+}
+
+/// Given a fair-lock guard held through a session behind a proxy (`OnExpiry`, 10 s), when the
+/// connection is cut, the guard is dropped and `lock()` called at once during the cut (the
+/// parked release merges with the create: a relock, exempt from the connection gate), the
+/// epoch then ends (`force_epoch_end`, as the `Grace` deadline or `OnSuspend` would end it),
+/// and the connection comes back before the server expires the session, then no node of the
+/// ended epoch is made afterwards. (`requeue_on_expiry(false)`, so that the next epoch makes
+/// no node of its own in the directory.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_relock_during_a_cut_creates_nothing_after_the_epoch_ended() {
+    let dir = unique_root("gate-relock");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&dir, b"", &open).await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
+    let lock = zk_recipes::FairLock::new(&s, &dir)
+        .unwrap()
+        .with_requeue_on_expiry(false);
+    let guard = lock.lock().await.unwrap();
+    proxy.set_blocked(true);
+    wait_not_connected(&s).await;
+    let relock = tokio::spawn(async move {
+        drop(guard);
+        lock.lock().await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.force_epoch_end();
+    let mut events = s.latest_state();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        events.wait_for(|e| {
+            matches!(
+                e,
+                SessionEvent::Expired { epoch: 1 } | SessionEvent::Connecting
+            )
+        }),
+    )
+    .await
+    .expect("the epoch ends")
+    .unwrap();
+    let watching = {
+        let admin = admin.clone();
+        let dir = dir.clone();
+        tokio::spawn(async move { creations_under(&admin, &dir, Duration::from_secs(4)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_blocked(false);
+    let created = watching.await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), relock)
+        .await
+        .expect("lock() answers")
+        .unwrap();
+    let summary = match &r {
+        Ok(g) => format!("Ok(guard {} lost {})", g.path(), g.is_lost()),
+        Err(e) => format!("Err({e:?})"),
+    };
+    eprintln!("lock() answered {summary}; created after the epoch ended: {created:?}");
+    drop(r);
+    s.close().await;
+    assert!(
+        created.is_empty(),
+        "the epoch had ended, yet nodes {created:?} were made in {dir} afterwards (in the \
+         ended session); lock() answered {summary}"
+    );
+}
+
+/// As `a_guarded_write_is_never_applied_after_lost_fired` (tests/session.rs), for the simple
+/// lock, whose guarded write first reads its node (under the path's serializer) before the
+/// connection gate: the read waits in the client through the cut, and the write must still not
+/// be applied after `lost()` fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_lock_guarded_write_is_never_applied_after_lost_fired() {
+    let root = unique_root("gate-simple-guarded");
+    let path = format!("{root}/lock");
+    let target = format!("{root}/state");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&root, b"", &open).await.unwrap();
+    admin.create(&target, b"v0", &open).await.unwrap();
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
+    let guard = ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap();
+    let token = guard.lost_token();
+    s.read(&target).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.set_blocked(true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!guard.is_lost(), "lost at once under Grace");
+    let t = target.clone();
+    let write = tokio::spawn(async move {
+        let r = guard
+            .guarded([zk_recipes::Op::set_data(t, "v1", None)])
+            .await;
+        (r, guard)
+    });
+    tokio::time::timeout(Duration::from_secs(5), token.cancelled())
+        .await
+        .expect("lost() fires at the Grace deadline");
+    let lost_at = Instant::now();
+    proxy.set_blocked(false);
+    let (r, guard) = tokio::time::timeout(Duration::from_secs(10), write)
+        .await
+        .expect("guarded answers")
+        .unwrap();
+    let (data, _) = admin.get_data(&target).await.unwrap();
+    eprintln!(
+        "guarded answered {r:?} {:?} after lost; data {:?}",
+        lost_at.elapsed(),
+        String::from_utf8_lossy(&data)
+    );
+    drop(guard);
+    s.close().await;
+    assert_eq!(
+        data, b"v0",
+        "the write was applied after lost() fired; guarded answered {r:?}"
+    );
+    assert!(r.is_err(), "guarded answered {r:?} after lost() fired");
+}
+
+/// `find_by_protection` now syncs the directory first: on ZooKeeper 3.8, `sync` of a path
+/// that does not exist answers Ok (so a missing directory still reads as "no node"), with or
+/// without a chroot. Pinned because the abandoned-acquire cleanup depends on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_of_a_missing_path_answers_ok_with_and_without_a_chroot() {
+    let root = unique_root("sync-missing");
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create(&root, b"", &open).await.unwrap();
+    assert_eq!(admin.sync(&format!("{root}/missing/dir")).await, Ok(()));
+    let chrooted = admin
+        .clone()
+        .chroot(root.as_str())
+        .unwrap_or_else(|_| panic!("chroot"));
+    assert_eq!(chrooted.sync("/missing").await, Ok(()));
+    assert_eq!(chrooted.sync("/").await, Ok(()));
 }

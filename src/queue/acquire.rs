@@ -391,11 +391,13 @@ impl<'a> Waiter<'a> {
             // A relock's old node, once the server refused its part of the transaction (say
             // `NoAuth`): the error then names that node, not the directory.
             let refused = std::sync::OnceLock::new();
-            // A plain create is made only into a live, connected epoch: queued while
-            // disconnected, it was applied whenever the client reconnected into the session,
-            // even after `close()` had returned (found by a review, 2026-11-27). A relock's
-            // transaction releases a node we hold, and goes as it is.
-            if !relocking && !epoch.wait_connected().await {
+            // Our create is made only into a live, connected epoch: queued while disconnected,
+            // it was applied whenever the client reconnected into the session, even after
+            // `close()` had returned or the epoch had ended (found by reviews, 2026-11-27). A
+            // relock's transaction too: the node it releases is lost with the epoch anyway,
+            // and is dropped here (its release, if the session lives, goes on its own).
+            if !epoch.wait_connected().await {
+                drop(handover.take());
                 return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending)));
             }
             let create = match handover.take() {
