@@ -1208,13 +1208,19 @@ async fn a_request_to_a_waiter_that_gives_up_goes_with_the_waiter() {
 // Found by a review of the fix above (2026-11-27, reviewer C): the withdrawal was started only
 // on a made request's answer, and its delete was tried once. Each failed before.
 
-/// Given a holder not made revocable and a revoker whose request's answer is lost with the
-/// connection (the server made the request; the revoker's session lives on), when the
-/// revoker tries again (`NodeExists`: `Requested`) and the holder then releases, then the
-/// request goes with the holder's node, as it does when the first answer arrives.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_whose_answer_was_lost_goes_with_the_holder() {
-    let dir = unique_root("revoke-lost-answer");
+/// A fair lock held on a new directory by one session, its node's name, and a revoker's
+/// session behind a proxy (`OnExpiry`, 10 s).
+async fn held_and_a_proxied_revoker(
+    name: &str,
+) -> (
+    String,
+    zk_recipes::Session,
+    zk_recipes::LockGuard,
+    String,
+    zk_recipes::Session,
+    zk_recipes::testing::FaultProxy,
+) {
+    let dir = unique_root(name);
     let holder_s = session().await;
     let (revoker_s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
     let guard = FairLock::new(&holder_s, &dir)
@@ -1223,6 +1229,17 @@ async fn a_request_whose_answer_was_lost_goes_with_the_holder() {
         .await
         .unwrap();
     let node = guard.path().rsplit('/').next().unwrap().to_string();
+    (dir, holder_s, guard, node, revoker_s, proxy)
+}
+
+/// Given a holder not made revocable and a revoker whose request's answer is lost with the
+/// connection (the server made the request; the revoker's session lives on), when the
+/// revoker tries again (`NodeExists`: `Requested`) and the holder then releases, then the
+/// request goes with the holder's node, as it does when the first answer arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_answer_was_lost_goes_with_the_holder() {
+    let (dir, holder_s, guard, node, revoker_s, proxy) =
+        held_and_a_proxied_revoker("revoke-lost-answer").await;
     // revoke(): the `exists` of the holder's node (request 1), then the request's multi (2),
     // whose reply is lost with the connection; the client reconnects at once.
     proxy.arm(Fault::new(
@@ -1255,15 +1272,8 @@ async fn a_request_whose_answer_was_lost_goes_with_the_holder() {
 /// made") and the holder then releases, then the request goes with the holder's node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_of_a_dropped_revoke_goes_with_the_holder() {
-    let dir = unique_root("revoke-dropped");
-    let holder_s = session().await;
-    let (revoker_s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
-    let guard = FairLock::new(&holder_s, &dir)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
-    let node = guard.path().rsplit('/').next().unwrap().to_string();
+    let (dir, holder_s, guard, node, revoker_s, proxy) =
+        held_and_a_proxied_revoker("revoke-dropped").await;
     // The multi's reply is held 1 s: the caller's 300 ms timeout drops the future first.
     proxy.arm(Fault::new(
         FaultPoint::BeforeReply(2),
@@ -1297,15 +1307,8 @@ async fn a_request_of_a_dropped_revoke_goes_with_the_holder() {
 /// lives on), then the request still goes with the holder's node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawal_that_meets_a_blip_still_withdraws() {
-    let dir = unique_root("revoke-withdraw-blip");
-    let holder_s = session().await;
-    let (revoker_s, proxy) = session_via_proxy(Duration::from_secs(10), LossPolicy::OnExpiry).await;
-    let guard = FairLock::new(&holder_s, &dir)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
-    let node = guard.path().rsplit('/').next().unwrap().to_string();
+    let (dir, holder_s, guard, node, revoker_s, proxy) =
+        held_and_a_proxied_revoker("revoke-withdraw-blip").await;
     let asked = zk_recipes::revoke(&revoker_s, &dir, &node).await.unwrap();
     // Let the background task arm its watch on the holder's node.
     tokio::time::sleep(Duration::from_millis(300)).await;
