@@ -1684,7 +1684,7 @@ async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
         };
         let mut state = epoch.client.state_watcher();
         shared.end_epoch(&epoch, reason);
-        wait_released(epoch, &mut state).await;
+        wait_released(&shared.config, epoch, &mut state).await;
         // Build the next session with bounded exponential backoff.
         let mut backoff = Duration::from_millis(50);
         epoch = loop {
@@ -1714,7 +1714,7 @@ async fn supervise(shared: Arc<Shared>, first: Arc<Epoch>) {
     let _ = tokio::time::timeout(shared.config.session_timeout, shared.tracker.wait()).await;
     let mut state = epoch.client.state_watcher();
     shared.end_epoch(&epoch, LossReason::Closed);
-    wait_released(epoch, &mut state).await;
+    wait_released(&shared.config, epoch, &mut state).await;
     shared.publish(SessionEvent::Closed);
 }
 
@@ -1746,9 +1746,13 @@ impl Drop for ClosedAtEnd {
 }
 
 /// Drops our reference to an ended epoch and waits (bounded) for its client to close, so
-/// that its ephemeral nodes are gone when the next epoch starts or `close` returns.
-async fn wait_released(epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
+/// that its ephemeral nodes are gone when the next epoch starts or `close` returns. A client
+/// still open 2 s later is held by something (a future of ours kept without being polled):
+/// it could reconnect into the old session and keep its nodes for as long as it is held, so
+/// the session is then closed on the server from a client made for the purpose.
+async fn wait_released(config: &Config, epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
     let number = epoch.number;
+    let session = epoch.session_info();
     drop(epoch);
     let wait = async {
         loop {
@@ -1762,14 +1766,49 @@ async fn wait_released(epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
         .await
         .is_err()
     {
-        // Something still holds the ended epoch (and its client, which may reconnect into the
-        // old session and keep its ephemeral nodes): a bug of ours, or a future of ours kept
-        // without being polled. Say so; the next epoch starts anyway.
         tracing::warn!(
             epoch = number,
-            "the client of an ended epoch is still open 2 s later; its ephemeral nodes may outlive it"
+            "the client of an ended epoch is still open 2 s later (something holds it); closing its session on the server"
         );
+        // In the background: the next epoch need not wait for it.
+        tokio::spawn(close_on_server(config.clone(), session));
     }
+}
+
+/// Closes `session` on the server: connects a client of our own to it and drops that client,
+/// which sends `CloseSession` (the server then deletes the session's ephemeral nodes, and the
+/// client still holding it learns that it expired when it reconnects). The two clients take
+/// the session's connection from each other, so a close can be lost in that tug: it is tried
+/// again until a connect answers that the session has expired (bounded: ten tries).
+async fn close_on_server(config: Config, session: zk::SessionInfo) {
+    let target = config.connect_string();
+    for _ in 0..10 {
+        let connector = zk::Client::connector()
+            .with_session_timeout(config.session_timeout)
+            .with_connection_timeout(config.connect_timeout.min(config.session_timeout))
+            .with_fail_eagerly()
+            .with_session(session.clone());
+        let connecting = async {
+            #[cfg(feature = "tls")]
+            if let Some(tls) = &config.tls {
+                return connector
+                    .with_tls(tls.clone())
+                    .secure_connect(&target)
+                    .await;
+            }
+            connector.connect(&target).await
+        };
+        match tokio::time::timeout(config.connect_timeout, connecting).await {
+            // The last clone of this client: dropping it closes the session.
+            Ok(Ok(client)) => drop(client),
+            // Closed (or expired): done.
+            Ok(Err(zk::Error::SessionExpired)) => return,
+            Ok(Err(err)) => tracing::debug!(%err, "closing an ended epoch's session"),
+            Err(_) => tracing::debug!("closing an ended epoch's session: no answer in time"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tracing::warn!("could not close an ended epoch's session; the server expires it");
 }
 
 /// How long after the newest answered request was sent the `Grace` policy declares an epoch

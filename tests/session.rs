@@ -1820,3 +1820,45 @@ async fn sync_of_a_missing_path_answers_ok_with_and_without_a_chroot() {
     assert_eq!(chrooted.sync("/missing").await, Ok(()));
     assert_eq!(chrooted.sync("/").await, Ok(()));
 }
+
+/// Given a fair lock's acquire polled until its node is queued behind a holder and then kept
+/// without being polled (it holds its epoch, and so the epoch's client), when the session's
+/// epoch ends (as a loss policy would end it), then the old session's node goes within a few
+/// seconds: the session manager closes the old session on the server itself once the ended
+/// epoch's client is still open 2 s later. Before, the node stayed in the queue, ahead of
+/// everyone after it, until the future was dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_epochs_session_is_closed_even_if_its_client_is_kept() {
+    let dir = unique_root("ended-epoch-kept");
+    let h = session().await;
+    let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let mut kept = Box::pin(lock.lock());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut kept)
+            .await
+            .is_err(),
+        "queued behind the holder"
+    );
+    let queued = children(&dir).await;
+    assert_eq!(queued.len(), 2, "{queued:?}");
+    s.force_epoch_end();
+    let mut left = queued.clone();
+    for _ in 0..200 {
+        left = children(&dir).await;
+        if left.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(kept);
+    held.release().await.unwrap();
+    s.close().await;
+    h.close().await;
+    assert_eq!(
+        left.len(),
+        1,
+        "10 s after its epoch ended, the node of the old session is still queued: {left:?}"
+    );
+}
