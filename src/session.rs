@@ -498,6 +498,16 @@ impl Config {
     }
 }
 
+/// Connects `connector` to `target`, over TLS when the configuration asks for it.
+#[cfg_attr(not(feature = "tls"), allow(unused_variables))]
+async fn dial(config: &Config, connector: zk::Connector, target: &str) -> ZkResult<zk::Client> {
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &config.tls {
+        return connector.with_tls(tls.clone()).secure_connect(target).await;
+    }
+    connector.connect(target).await
+}
+
 /// Connects one `zookeeper-client` session, trying until `deadline`.
 async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> {
     let unreachable = || Error::Unreachable {
@@ -520,17 +530,7 @@ async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> 
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
         connector = connector.with_auth("digest", config.identity.credentials.as_bytes());
-        let connecting = async {
-            #[cfg(feature = "tls")]
-            if let Some(tls) = &config.tls {
-                return connector
-                    .with_tls(tls.clone())
-                    .secure_connect(&target)
-                    .await;
-            }
-            connector.connect(&target).await
-        };
-        match tokio::time::timeout(left, connecting).await {
+        match tokio::time::timeout(left, dial(config, connector, &target)).await {
             Err(_) => return Err(unreachable()),
             Ok(Ok(client)) => {
                 before.set_nodelay_on_new(&config.peers);
@@ -1788,17 +1788,8 @@ async fn close_on_server(config: Config, session: zk::SessionInfo) {
             .with_connection_timeout(config.connect_timeout.min(config.session_timeout))
             .with_fail_eagerly()
             .with_session(session.clone());
-        let connecting = async {
-            #[cfg(feature = "tls")]
-            if let Some(tls) = &config.tls {
-                return connector
-                    .with_tls(tls.clone())
-                    .secure_connect(&target)
-                    .await;
-            }
-            connector.connect(&target).await
-        };
-        match tokio::time::timeout(config.connect_timeout, connecting).await {
+        match tokio::time::timeout(config.connect_timeout, dial(&config, connector, &target)).await
+        {
             // The last clone of this client: dropping it closes the session.
             Ok(Ok(client)) => drop(client),
             // Closed (or expired): done.
