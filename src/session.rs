@@ -590,6 +590,20 @@ fn was_answered<T>(result: &ZkResult<T>) -> bool {
         .is_none_or(|e| crate::error::failure(e) == crate::error::Failure::Definite)
 }
 
+/// A transaction's answer, as the client gives it.
+type MultiResult = std::result::Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>;
+
+/// Whether the server answered a transaction: an op's refusal is its answer; a failed
+/// request is one only when the failure is definite.
+fn multi_was_answered(result: &MultiResult) -> bool {
+    match result {
+        Err(zk::MultiWriteError::RequestFailed { source }) => {
+            crate::error::failure(source) == crate::error::Failure::Definite
+        }
+        _ => true,
+    }
+}
+
 /// One ZooKeeper session of the manager. Recipes make every request through it, which is
 /// how the manager counts requests and tracks liveness.
 ///
@@ -647,16 +661,43 @@ impl Epoch {
         op: &'static str,
         fut: impl Future<Output = ZkResult<T>>,
     ) -> impl Future<Output = ZkResult<T>> {
+        self.track_with(op, fut, was_answered)
+    }
+
+    /// [`track`](Self::track) for any answer, `answered` telling which ones the server gave.
+    fn track_with<R>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = R>,
+        answered: fn(&R) -> bool,
+    ) -> impl Future<Output = R> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         crate::observe::request(op);
         let sent = Instant::now();
         let health = self.health.clone();
         futures::FutureExt::map(fut, move |result| {
-            if was_answered(&result) {
+            if answered(&result) {
                 health.answered(sent);
             }
             result
         })
+    }
+
+    /// Sends the transaction built in `writer`, counted and tracked as every request is; the
+    /// one commit of every multi the recipes make. `queued` is how adding the ops went: an
+    /// op the client refused to add (a malformed path) answers at once, and nothing is sent.
+    fn commit_multi<'a>(
+        &self,
+        mut writer: zk::MultiWriter<'a>,
+        queued: ZkResult<()>,
+    ) -> impl Future<Output = MultiResult> + Send + 'a {
+        let sent_or_refused = match queued {
+            Ok(()) => Either::Left(writer.commit()),
+            Err(source) => Either::Right(std::future::ready(Err(
+                zk::MultiWriteError::RequestFailed { source },
+            ))),
+        };
+        self.track_with("multi", sent_or_refused, multi_was_answered)
     }
 
     /// Whether this epoch has ended, or its client already knows the session is gone (the
@@ -894,12 +935,7 @@ impl Epoch {
         &'a self,
         checks: &[GuardCheck<'_>],
         ops: &'a [Op],
-    ) -> impl Future<Output = std::result::Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>>
-           + Send
-           + 'a {
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let sent = Instant::now();
-        crate::observe::request("multi");
+    ) -> impl Future<Output = MultiResult> + Send + 'a {
         let mut writer = self.client.new_multi_writer();
         let open = zk::Acls::anyone_all();
         let queued = checks
@@ -931,27 +967,7 @@ impl Epoch {
                     Op::Check { path, version } => writer.add_check_version(path, *version),
                 })
             });
-        let health = self.health.clone();
-        let answer =
-            move |result: std::result::Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>| {
-                let answered = match &result {
-                    Err(zk::MultiWriteError::RequestFailed { source }) => {
-                        crate::error::failure(source) == crate::error::Failure::Definite
-                    }
-                    _ => true,
-                };
-                if answered {
-                    health.answered(sent);
-                }
-                result
-            };
-        let sent_or_refused = match queued {
-            Ok(()) => Either::Left(writer.commit()),
-            Err(source) => Either::Right(std::future::ready(Err(
-                zk::MultiWriteError::RequestFailed { source },
-            ))),
-        };
-        futures::FutureExt::map(sent_or_refused, answer)
+        self.commit_multi(writer, queued)
     }
 
     /// One transaction: a check that `node` exists, then the create of the ephemeral,
@@ -968,13 +984,9 @@ impl Epoch {
         let queued = writer
             .add_check_version(node, -1)
             .and_then(|_| writer.add_create(path, b"", &options));
-        let sent_or_refused = match queued {
-            Ok(()) => Either::Left(futures::FutureExt::map(writer.commit(), |r| {
-                r.map(|_| ()).map_err(zk::Error::from)
-            })),
-            Err(err) => Either::Right(std::future::ready(Err(err))),
-        };
-        self.track("multi", sent_or_refused)
+        futures::FutureExt::map(self.commit_multi(writer, queued), |r| {
+            r.map(|_| ()).map_err(zk::Error::from)
+        })
     }
 
     /// One transaction: `set_data(path, mark)` then `delete(path)`. A watcher of `path` gets a
@@ -990,13 +1002,9 @@ impl Epoch {
         let queued = writer
             .add_set_data(path, mark, version)
             .and_then(|_| writer.add_delete(path, version.map(|v| v + 1)));
-        let sent_or_refused = match queued {
-            Ok(()) => Either::Left(futures::FutureExt::map(writer.commit(), |r| {
-                r.map(|_| ()).map_err(zk::Error::from)
-            })),
-            Err(err) => Either::Right(std::future::ready(Err(err))),
-        };
-        self.track("multi", sent_or_refused)
+        futures::FutureExt::map(self.commit_multi(writer, queued), |r| {
+            r.map(|_| ()).map_err(zk::Error::from)
+        })
     }
 
     /// One transaction: the release of our node at `path` (marked as `set_and_delete`
@@ -1039,11 +1047,7 @@ impl Epoch {
             }
             Err(err) => Err(err.into()),
         };
-        let sent_or_refused = match queued {
-            Ok(()) => Either::Left(futures::FutureExt::map(writer.commit(), answer)),
-            Err(err) => Either::Right(std::future::ready(Err(err))),
-        };
-        self.track("multi", sent_or_refused)
+        futures::FutureExt::map(self.commit_multi(writer, queued), answer)
     }
 
     /// Creates the missing ancestors of `path` (not `path` itself is created: only up to its
