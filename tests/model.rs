@@ -8,7 +8,11 @@
 //!   the whole binary (tickTime 200 ms, sessions of 1.5 s, so expiry is quick).
 //! * `ZKR_MODEL_CONCURRENCY=N` runs N schedules at a time (default 10).
 //! * `ZKR_MODEL_SCHEDULES=N` runs seeds `1..=N` (a soak); `ZKR_MODEL_FIRST_SEED=S` starts the
-//!   range at `S` instead of 1.
+//!   range at `S` instead of 1 (seeds from 1,000,001 are relock schedules, from 2,000,001
+//!   read/write relock ones). `model_with_relocks` and `model_with_rw_relocks` take their own
+//!   `ZKR_MODEL_RELOCK_FIRST_SEED` / `ZKR_MODEL_RW_RELOCK_FIRST_SEED` with
+//!   `ZKR_MODEL_RELOCK_SCHEDULES` / `ZKR_MODEL_RW_RELOCK_SCHEDULES`. Every run prints the seeds it
+//!   runs (`--nocapture` shows it on a pass).
 //! * `ZKR_MODEL_SEED=N` replays exactly the schedule of seed `N` and prints its trace;
 //!   `ZKR_MODEL_SEED=3,17,40` runs those seeds (once each, concurrently).
 //! * `ZKR_MODEL_REPORT=file` appends the plan and trace of every failing schedule to `file`.
@@ -1422,9 +1426,29 @@ fn env_u64(name: &str) -> Option<u64> {
     })
 }
 
+/// The first seed of a relock run: `var` if set (it must lie in `range`, the seeds whose
+/// schedules relock that way), else the range's first. Its own variable, not
+/// `ZKR_MODEL_FIRST_SEED`: until 2026-11-27 these runs took no first seed at all, and soaks
+/// started with `ZKR_MODEL_FIRST_SEED` ran the same seeds from the range's start every time.
+fn first_seed_in(var: &str, range: std::ops::Range<u64>) -> u64 {
+    let first = env_u64(var).unwrap_or(range.start + 1);
+    assert!(
+        range.contains(&first) && first > range.start,
+        "{var}={first}: the seeds of these schedules are {}..{}",
+        range.start + 1,
+        range.end
+    );
+    first
+}
+
 /// Runs `seeds` with `CONCURRENCY` at a time; returns the failing outcomes.
 async fn run_seeds(seeds: Vec<u64>) -> Vec<Outcome> {
     let total = seeds.len();
+    // Said first, so that a soak's log shows the seeds it really ran.
+    match (seeds.iter().min(), seeds.iter().max()) {
+        (Some(lo), Some(hi)) => eprintln!("model: running {total} schedules, seeds {lo}..={hi}"),
+        _ => eprintln!("model: no schedules to run"),
+    }
     let started = Instant::now();
     let mut failed = Vec::new();
     let mut ran = 0usize;
@@ -1527,25 +1551,25 @@ async fn model() {
 }
 
 /// Schedules in which fair-lock actors also relock (`ZKR_MODEL_RELOCK_SCHEDULES` of them,
-/// from seed [`RELOCK_SEEDS`] + 1; a soak: `ZKR_MODEL_FIRST_SEED=1000001` with the default
-/// run's `ZKR_MODEL_SCHEDULES`).
+/// from seed [`RELOCK_SEEDS`] + 1, or from `ZKR_MODEL_RELOCK_FIRST_SEED`; the default run's
+/// `ZKR_MODEL_FIRST_SEED` at 1000001 or above runs them too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_with_relocks() {
     server();
     let count = env_u64("ZKR_MODEL_RELOCK_SCHEDULES").unwrap_or(DEFAULT_RELOCK_SCHEDULES);
-    let first = RELOCK_SEEDS + 1;
+    let first = first_seed_in("ZKR_MODEL_RELOCK_FIRST_SEED", RELOCK_SEEDS..RW_RELOCK_SEEDS);
     let mut failed = run_seeds((first..first + count).collect()).await;
     assert!(failed.is_empty(), "{}", report(&mut failed, 3));
 }
 
 /// Schedules in which read/write-lock actors relock (`ZKR_MODEL_RW_RELOCK_SCHEDULES` of them,
-/// from seed [`RW_RELOCK_SEEDS`] + 1; a soak: `ZKR_MODEL_FIRST_SEED=2000001` with the default
-/// run's `ZKR_MODEL_SCHEDULES`).
+/// from seed [`RW_RELOCK_SEEDS`] + 1, or from `ZKR_MODEL_RW_RELOCK_FIRST_SEED`; the default
+/// run's `ZKR_MODEL_FIRST_SEED` at 2000001 or above runs them too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_with_rw_relocks() {
     server();
     let count = env_u64("ZKR_MODEL_RW_RELOCK_SCHEDULES").unwrap_or(DEFAULT_RW_RELOCK_SCHEDULES);
-    let first = RW_RELOCK_SEEDS + 1;
+    let first = first_seed_in("ZKR_MODEL_RW_RELOCK_FIRST_SEED", RW_RELOCK_SEEDS..u64::MAX);
     let mut failed = run_seeds((first..first + count).collect()).await;
     assert!(failed.is_empty(), "{}", report(&mut failed, 3));
 }
