@@ -132,7 +132,13 @@ impl LockGuard {
     ///
     /// While the connection is down, the transaction waits to be sent until the session is
     /// connected again, and is never sent once the lock is lost: a guard whose `lost()` has
-    /// fired gets `LockLost`, even if the client later reconnects into the same session.
+    /// fired gets `LockLost`, even if the client later reconnects into the same session. One
+    /// handed to the client at the very instant the connection broke is held by the client
+    /// for its next connection: if the client reconnects into the same session before the
+    /// session manager has closed it, the transaction is applied after `lost()` fired, and
+    /// answered `Ok`. Its check still holds then (this guard's node is there, so no other
+    /// holder has been granted): the write lands before any later holder's. The session is
+    /// closed right after (the ended epoch's client closes it once it is connected again).
     ///
     /// # Errors
     ///

@@ -711,6 +711,11 @@ impl Epoch {
     /// session, even after the epoch has ended and its callers have been told so (`lost()`
     /// fired, `close()` returned): a contender's create and a guarded write wait here instead,
     /// and are made only into a live epoch. Connected: answers at once, with no allocation.
+    /// Not a seal: a request made while the client still says connected, at the instant its
+    /// connection breaks, is held by the client for its next connection into the session
+    /// (its task drains our requests only while connected), and sent then, before the
+    /// session is closed (by the client itself once nothing holds the epoch, or by
+    /// `close_on_server`). A guarded write so sent is still checked against our node.
     pub(crate) async fn wait_connected(&self) -> bool {
         let connected = |state: zk::SessionState| state == zk::SessionState::SyncConnected;
         if connected(self.client.state()) && !self.is_over() {
@@ -1750,14 +1755,29 @@ impl Drop for ClosedAtEnd {
 }
 
 /// Drops our reference to an ended epoch and waits (bounded) for its client to close, so
-/// that its ephemeral nodes are gone when the next epoch starts or `close` returns. A client
-/// still open 2 s later is held by something (a future of ours kept without being polled):
-/// it could reconnect into the old session and keep its nodes for as long as it is held, so
-/// the session is then closed on the server from a client made for the purpose.
+/// that its ephemeral nodes are gone when the next epoch starts or `close` returns.
+///
+/// A client still open when something of ours still holds its epoch (a guard not dropped yet,
+/// a future kept without being polled) would reconnect into the old session and keep its
+/// nodes for as long as it is held, and send whatever was handed to it at the instant its
+/// connection broke (past the `wait_connected` gate: the client holds such requests for its
+/// next connection). Its session is closed on the server at once, from a client made for the
+/// purpose. A client nothing holds closes by itself: it sends its own `CloseSession` as soon
+/// as it is connected (disconnected, after it reconnects and sends what it still held), or
+/// gives up and leaves the session to expire.
 async fn wait_released(config: &Config, epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
     let number = epoch.number;
     let session = epoch.session_info();
+    let held = Arc::downgrade(&epoch);
     drop(epoch);
+    if held.strong_count() > 0 && !state.peek_state().is_terminated() {
+        tracing::info!(
+            epoch = number,
+            "an ended epoch's client is still held; closing its session on the server"
+        );
+        // In the background: the next epoch need not wait for it.
+        tokio::spawn(close_on_server(config.clone(), session, held));
+    }
     let wait = async {
         loop {
             if state.peek_state().is_terminated() {
@@ -1766,28 +1786,32 @@ async fn wait_released(config: &Config, epoch: Arc<Epoch>, state: &mut zk::State
             state.changed().await;
         }
     };
-    if tokio::time::timeout(Duration::from_secs(2), wait)
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            epoch = number,
-            "the client of an ended epoch is still open 2 s later (something holds it); closing its session on the server"
-        );
-        // In the background: the next epoch need not wait for it.
-        tokio::spawn(close_on_server(config.clone(), session));
-    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), wait).await;
 }
 
 /// Closes `session` on the server: connects a client of our own to it and drops that client,
 /// which sends `CloseSession` (the server then deletes the session's ephemeral nodes, and the
-/// client still holding it learns that it expired when it reconnects). The two clients take
-/// the session's connection from each other, so a close can be lost in that tug: it is tried
-/// again until a connect answers that the session has expired (bounded: a hundred tries,
-/// 50 ms apart).
-async fn close_on_server(config: Config, session: zk::SessionInfo) {
+/// client still holding it learns that it expired when it reconnects). Tried again until a
+/// connect answers that the session has expired, for as long as the ended epoch is held and
+/// its client has not learnt that the session is gone; never longer: a server that is down
+/// may come back with the session (it restores sessions from its snapshot), and the held
+/// client would then resume it. The two clients take the session's connection from each
+/// other, so a close can be lost in that tug: tries are 50 ms apart for the first hundred
+/// (a tug has outlasted ten), then 1 s apart.
+async fn close_on_server(config: Config, session: zk::SessionInfo, held: std::sync::Weak<Epoch>) {
     let target = config.connect_string();
-    for _ in 0..100 {
+    for tries in 1u32.. {
+        // Not kept across the connect: our own reference must not count as a holder.
+        let open = held
+            .upgrade()
+            .is_some_and(|epoch| !epoch.client.state().is_terminated());
+        if !open {
+            tracing::debug!(
+                tries,
+                "an ended epoch's client is closed or dropped: its session is left to the server"
+            );
+            return;
+        }
         let connector = zk::Client::connector()
             .with_session_timeout(config.session_timeout)
             .with_connection_timeout(config.connect_timeout.min(config.session_timeout))
@@ -1799,12 +1823,12 @@ async fn close_on_server(config: Config, session: zk::SessionInfo) {
             Ok(Ok(client)) => drop(client),
             // Closed (or expired): done.
             Ok(Err(zk::Error::SessionExpired)) => return,
-            Ok(Err(err)) => tracing::debug!(%err, "closing an ended epoch's session"),
-            Err(_) => tracing::debug!("closing an ended epoch's session: no answer in time"),
+            Ok(Err(err)) => tracing::debug!(%err, tries, "closing an ended epoch's session"),
+            Err(_) => tracing::debug!(tries, "closing an ended epoch's session: no answer in time"),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let pause = if tries < 100 { 50 } else { 1000 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
     }
-    tracing::warn!("could not close an ended epoch's session; the server expires it");
 }
 
 /// How long after the newest answered request was sent the `Grace` policy declares an epoch

@@ -480,7 +480,9 @@ impl Holding {
                 .collect();
             // Sent only into a live, connected epoch: queued while disconnected, it was
             // applied whenever the client reconnected into the session, even after `lost()`
-            // had fired (found by a review, 2026-11-27).
+            // had fired (found by a review, 2026-11-27). One queued at the instant the
+            // connection breaks still can be (see `LockGuard::guarded`): only while our node
+            // is there.
             if !epoch.wait_connected().await {
                 return Err(session_over(first));
             }
