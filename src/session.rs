@@ -508,6 +508,21 @@ async fn dial(config: &Config, connector: zk::Connector, target: &str) -> ZkResu
     connector.connect(target).await
 }
 
+/// A connector with the session's settings and identities (the user's digest, if any, and
+/// the manager's own, which owns our nodes' WRITE permission): every connect of ours, a new
+/// epoch's or the server-side close of an ended one's, authenticates alike (a server that
+/// enforces authentication refuses a session without it).
+fn connector(config: &Config, connection_timeout: Duration) -> zk::Connector {
+    let mut connector = zk::Client::connector()
+        .with_session_timeout(config.session_timeout)
+        .with_connection_timeout(connection_timeout.min(config.session_timeout))
+        .with_fail_eagerly();
+    if let Some((user, password)) = &config.auth {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    connector.with_auth("digest", config.identity.credentials.as_bytes())
+}
+
 /// Connects one `zookeeper-client` session, trying until `deadline`.
 async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> {
     let unreachable = || Error::Unreachable {
@@ -522,14 +537,7 @@ async fn connect_once(config: &Config, deadline: Instant) -> Result<zk::Client> 
         if left.is_zero() {
             return Err(unreachable());
         }
-        let mut connector = zk::Client::connector()
-            .with_session_timeout(config.session_timeout)
-            .with_connection_timeout(left.min(config.session_timeout))
-            .with_fail_eagerly();
-        if let Some((user, password)) = &config.auth {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
-        connector = connector.with_auth("digest", config.identity.credentials.as_bytes());
+        let connector = connector(config, left);
         match tokio::time::timeout(left, dial(config, connector, &target)).await {
             Err(_) => return Err(unreachable()),
             Ok(Ok(client)) => {
@@ -1754,39 +1762,59 @@ impl Drop for ClosedAtEnd {
     }
 }
 
-/// Drops our reference to an ended epoch and waits (bounded) for its client to close, so
-/// that its ephemeral nodes are gone when the next epoch starts or `close` returns.
+/// Drops our reference to an ended epoch and waits (bounded: 2 s) for its client to close,
+/// so that its ephemeral nodes are gone when the next epoch starts or `close` returns.
 ///
-/// A client still open when something of ours still holds its epoch (a guard not dropped yet,
-/// a future kept without being polled) would reconnect into the old session and keep its
-/// nodes for as long as it is held, and send whatever was handed to it at the instant its
-/// connection broke (past the `wait_connected` gate: the client holds such requests for its
-/// next connection). Its session is closed on the server at once, from a client made for the
-/// purpose. A client nothing holds closes by itself: it sends its own `CloseSession` as soon
-/// as it is connected (disconnected, after it reconnects and sends what it still held), or
-/// gives up and leaves the session to expire.
+/// Something of ours may still hold the ended epoch: a request in flight (its answer is
+/// awaited, and comes), or something that keeps it (a future kept without being polled). A
+/// client still held would reconnect into the old session and keep its nodes for as long as
+/// it is held, and send whatever was handed to it at the instant its connection broke (past
+/// the `wait_connected` gate: the client keeps such requests for its next connection). Its
+/// session is then closed on the server, from a client made for the purpose
+/// ([`close_on_server`]): at once when the client is disconnected; when it is connected, only
+/// if it is still held at the end of the wait, since a new connection into the session takes
+/// it from the old client, and with it the answers the old client is owed (a busy session's
+/// `close()` had its in-flight reads and writes answered `ConnectionLost`, applied or not).
+/// A client nothing holds closes by itself: it sends its own `CloseSession` as soon as it is
+/// connected (disconnected, after it reconnects and sends what it still held), or gives up
+/// and leaves the session to expire.
 async fn wait_released(config: &Config, epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
     let number = epoch.number;
     let session = epoch.session_info();
     let held = Arc::downgrade(&epoch);
     drop(epoch);
-    if held.strong_count() > 0 && !state.peek_state().is_terminated() {
-        tracing::info!(
-            epoch = number,
-            "an ended epoch's client is still held; closing its session on the server"
-        );
-        // In the background: the next epoch need not wait for it.
-        tokio::spawn(close_on_server(config.clone(), session, held));
-    }
-    let wait = async {
-        loop {
-            if state.peek_state().is_terminated() {
-                return;
-            }
-            state.changed().await;
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut closing = false;
+    loop {
+        let now_state = state.peek_state();
+        if now_state.is_terminated() {
+            return;
         }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(2), wait).await;
+        let timed_out = Instant::now() >= until;
+        let disconnected = now_state == zk::SessionState::Disconnected;
+        if !closing && held.strong_count() > 0 && (disconnected || timed_out) {
+            tracing::info!(
+                epoch = number,
+                disconnected,
+                "an ended epoch's client is still held; closing its session on the server"
+            );
+            // In the background: the next epoch need not wait for it.
+            tokio::spawn(close_on_server(
+                config.clone(),
+                session.clone(),
+                held.clone(),
+            ));
+            closing = true;
+        }
+        if timed_out {
+            return;
+        }
+        // The holders' count has no signal of its own: looked at every 50 ms.
+        tokio::select! {
+            _ = state.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
 }
 
 /// Closes `session` on the server: connects a client of our own to it and drops that client,
@@ -1812,11 +1840,7 @@ async fn close_on_server(config: Config, session: zk::SessionInfo, held: std::sy
             );
             return;
         }
-        let connector = zk::Client::connector()
-            .with_session_timeout(config.session_timeout)
-            .with_connection_timeout(config.connect_timeout.min(config.session_timeout))
-            .with_fail_eagerly()
-            .with_session(session.clone());
+        let connector = connector(&config, config.connect_timeout).with_session(session.clone());
         match tokio::time::timeout(config.connect_timeout, dial(&config, connector, &target)).await
         {
             // The last clone of this client: dropping it closes the session.
@@ -1825,6 +1849,12 @@ async fn close_on_server(config: Config, session: zk::SessionInfo, held: std::sy
             Ok(Err(zk::Error::SessionExpired)) => return,
             Ok(Err(err)) => tracing::debug!(%err, tries, "closing an ended epoch's session"),
             Err(_) => tracing::debug!(tries, "closing an ended epoch's session: no answer in time"),
+        }
+        if tries == 100 {
+            tracing::warn!(
+                "an ended epoch's session is not closed after 100 tries; trying every second \
+                 while something holds its epoch"
+            );
         }
         let pause = if tries < 100 { 50 } else { 1000 };
         tokio::time::sleep(Duration::from_millis(pause)).await;

@@ -2209,3 +2209,328 @@ async fn an_ended_epochs_kept_session_is_closed_after_a_server_outage() {
          {old_session:#x} is still queued: {old_nodes:?}"
     );
 }
+
+/// Given a held fair lock and a burst of guarded writes in flight (each creates a node of
+/// its own; the first has been answered, so the rest are on the wire), when the session is
+/// closed, then every write the server applied is answered `Ok`: the ended epoch's client,
+/// which the in-flight writes still hold, answers what it sent before its own
+/// `CloseSession`. On 928a238 (review 18), `wait_released` saw the writes holding the epoch and at
+/// once dialed a second client into the session, which took the connection from the old
+/// one: writes already applied were answered `ConnectionLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_in_flight_at_close_that_landed_are_answered_ok() {
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let mut failures = Vec::new();
+    for round in 0..3 {
+        let root = unique_root("close-inflight");
+        let out = format!("{root}/out");
+        admin.create(&root, b"", &open).await.unwrap();
+        admin.create(&out, b"", &open).await.unwrap();
+        let s = session().await;
+        let guard = Arc::new(
+            FairLock::new(&s, format!("{root}/lock"))
+                .unwrap()
+                .lock()
+                .await
+                .unwrap(),
+        );
+        let mut writes = Vec::new();
+        for k in 0..300 {
+            let g = guard.clone();
+            let path = format!("{out}/w{k:03}");
+            writes.push(tokio::spawn(async move {
+                (g.guarded([Op::create(path.clone(), "")]).await, path)
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        s.close().await;
+        let mut ok = 0;
+        let mut landed_but_failed = Vec::new();
+        for w in writes {
+            let (result, path) = tokio::time::timeout(Duration::from_secs(15), w)
+                .await
+                .expect("guarded answers")
+                .unwrap();
+            match result {
+                Ok(_) => ok += 1,
+                Err(err) => {
+                    if admin.check_stat(&path).await.unwrap().is_some() {
+                        landed_but_failed.push(format!("{path}: {err}"));
+                    }
+                }
+            }
+        }
+        let landed = admin.list_children(&out).await.unwrap().len();
+        eprintln!(
+            "round {round}: {ok} answered Ok, {landed} landed, {} landed but answered an error",
+            landed_but_failed.len()
+        );
+        failures.extend(landed_but_failed);
+        drop(guard);
+    }
+    assert!(
+        failures.is_empty(),
+        "writes applied by the server but answered an error after close(): {} e.g. {:?}",
+        failures.len(),
+        failures.iter().take(5).collect::<Vec<_>>()
+    );
+}
+
+/// The same with plain reads (`Session::read`): reads in flight at `close()` are answered
+/// (`Ok`), not cut off with `ConnectionLost` by the manager's own second client (review 18:
+/// about 330 to 400 of 400 were, each run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_in_flight_at_close_are_answered() {
+    let mut cut = 0;
+    for round in 0..3 {
+        let s = session().await;
+        s.read("/zookeeper").await.unwrap();
+        let reads: Vec<_> = (0..400)
+            .map(|_| {
+                let s = s.clone();
+                tokio::spawn(async move { s.read("/zookeeper/config").await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        s.close().await;
+        let mut lost = 0;
+        let mut closed = 0;
+        let mut okay = 0;
+        for r in reads {
+            match tokio::time::timeout(Duration::from_secs(15), r)
+                .await
+                .expect("read answers")
+                .unwrap()
+            {
+                Ok(_) => okay += 1,
+                Err(Error::Closed) => closed += 1,
+                Err(Error::ConnectionLost) => lost += 1,
+                Err(other) => {
+                    eprintln!("other: {other}");
+                    lost += 1
+                }
+            }
+        }
+        eprintln!("round {round}: {okay} Ok, {closed} Closed, {lost} ConnectionLost/other");
+        cut += lost;
+    }
+    assert_eq!(
+        cut, 0,
+        "reads in flight at close() were cut off with a connection loss"
+    );
+}
+
+/// Given a server that enforces authentication (`zookeeper.enforce.auth.enabled`, scheme
+/// `digest`: the library authenticates every session it makes with its own digest identity),
+/// a fair-lock acquire queued behind another session's holder and kept without being polled
+/// (it holds its epoch), when the epoch ends, then the kept client's old session is closed
+/// (its node leaves the queue) within a few seconds. Before (review 18), `close_on_server`
+/// connected without any auth: its `CloseSession` was refused, so the session was never
+/// closed, and the close was retried once a second for as long as the future was kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_epochs_kept_session_is_closed_on_a_server_enforcing_auth() {
+    let server = tokio::task::spawn_blocking(|| {
+        zk_recipes::testing::ZooKeeperServer::start_with(
+            zk_recipes::testing::ServerOptions::new()
+                .with_system_property("zookeeper.enforce.auth.enabled", "true")
+                .with_system_property("zookeeper.enforce.auth.schemes", "digest"),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("a private ZooKeeper enforcing auth");
+    let connect = || {
+        Session::builder(server.connect_string())
+            .with_session_timeout(Duration::from_secs(10))
+            .with_loss_policy(LossPolicy::OnExpiry)
+            .connect()
+    };
+    let dir = unique_root("enforced-kept");
+    let h = connect()
+        .await
+        .expect("the library works on an auth-enforcing server");
+    let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
+    let s = connect().await.unwrap();
+    let old_session = s.session_id().unwrap();
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let mut kept = Box::pin(lock.lock());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut kept)
+            .await
+            .is_err(),
+        "queued behind the holder"
+    );
+    let mut left = Vec::new();
+    let mut seen = 0;
+    // Read through the holder's own session (the admin must authenticate too).
+    for _ in 0..2 {
+        if let Ok(c) = zk_recipes::list_contenders(&h, &dir).await {
+            seen = c.len();
+            break;
+        }
+    }
+    assert_eq!(seen, 2, "both queued");
+    s.force_epoch_end();
+    let ended = Instant::now();
+    while ended.elapsed() < Duration::from_secs(6) {
+        left = zk_recipes::list_contenders(&h, &dir)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.owner == old_session)
+            .map(|c| c.node.name)
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("{:?} after the epoch ended: {left:?}", ended.elapsed());
+    drop(kept);
+    held.release().await.unwrap();
+    s.close().await;
+    h.close().await;
+    assert!(
+        left.is_empty(),
+        "6 s after its epoch ended, the kept node of session {old_session:#x} is still \
+         queued: {left:?}"
+    );
+}
+
+/// Given acquires in flight (each a fair lock of its own directory, so each is granted at
+/// once), when the session is closed, then each answers a guard (then lost) or
+/// `Error::Closed` (the documented answer for a closed session), not `ConnectionLost`: a
+/// caller that retries on a connection loss retries into a session it closed itself. (A
+/// review's probe of the server-side close at `close()`; it passed there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_in_flight_at_close_answer_closed_not_connection_lost() {
+    let mut lost_total = 0;
+    for round in 0..3 {
+        let root = unique_root("close-acq");
+        let s = session().await;
+        s.read("/zookeeper").await.unwrap();
+        let acquires: Vec<_> = (0..100)
+            .map(|k| {
+                let lock = FairLock::new(&s, format!("{root}/l{k}")).unwrap();
+                tokio::spawn(async move { lock.lock().await.map(drop) })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        s.close().await;
+        let (mut ok, mut closed, mut lost, mut other) = (0, 0, 0, Vec::new());
+        for a in acquires {
+            match tokio::time::timeout(Duration::from_secs(15), a)
+                .await
+                .expect("lock answers")
+                .unwrap()
+            {
+                Ok(()) => ok += 1,
+                Err(Error::Closed) => closed += 1,
+                Err(Error::ConnectionLost) => lost += 1,
+                Err(e) => other.push(e.to_string()),
+            }
+        }
+        eprintln!(
+            "round {round}: {ok} granted, {closed} Closed, {lost} ConnectionLost, other {:?}",
+            other.iter().take(3).collect::<Vec<_>>()
+        );
+        lost_total += lost + other.len();
+    }
+    assert_eq!(
+        lost_total, 0,
+        "acquires in flight at close() answered a connection loss (or other) instead of Closed"
+    );
+}
+
+/// Given guards released (`release()`) concurrently with `close()`, then every release
+/// answers `Ok` (close() waits for releases before it ends the session), and the server-side
+/// close does not cut them off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_racing_close_answer_ok() {
+    let mut bad = Vec::new();
+    for round in 0..3 {
+        let root = unique_root("close-rel");
+        let s = session().await;
+        let mut guards = Vec::new();
+        for k in 0..50 {
+            guards.push(
+                FairLock::new(&s, format!("{root}/l{k}"))
+                    .unwrap()
+                    .lock()
+                    .await
+                    .unwrap(),
+            );
+        }
+        let releases: Vec<_> = guards
+            .into_iter()
+            .map(|g| tokio::spawn(async move { g.release().await }))
+            .collect();
+        let closing = tokio::spawn({
+            let s = s.clone();
+            async move { s.close().await }
+        });
+        let mut ok = 0;
+        for r in releases {
+            match tokio::time::timeout(Duration::from_secs(15), r)
+                .await
+                .unwrap()
+                .unwrap()
+            {
+                Ok(()) => ok += 1,
+                Err(e) => bad.push(e.to_string()),
+            }
+        }
+        closing.await.unwrap();
+        eprintln!("round {round}: {ok} Ok");
+    }
+    assert!(bad.is_empty(), "releases racing close() failed: {bad:?}");
+}
+
+/// Given a chrooted session whose fair-lock acquire is queued behind another session's
+/// holder and kept without being polled, when its epoch ends, then the server-side close
+/// (which dials the same chrooted connect string) closes the old session: its node goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_chrooted_epochs_kept_session_is_closed() {
+    let admin = raw().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let chroot = unique_root("chroot-kept");
+    admin.create(&chroot, b"", &open).await.unwrap();
+    let connect = || {
+        Session::builder(zk_recipes::testing::shared_server().connect_string())
+            .with_session_timeout(Duration::from_secs(4))
+            .with_chroot(chroot.clone())
+            .connect()
+    };
+    let h = connect().await.unwrap();
+    let held = FairLock::new(&h, "/dir").unwrap().lock().await.unwrap();
+    let s = connect().await.unwrap();
+    let lock = FairLock::new(&s, "/dir").unwrap();
+    let mut kept = Box::pin(lock.lock());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut kept)
+            .await
+            .is_err(),
+        "queued behind the holder"
+    );
+    let dir = format!("{chroot}/dir");
+    assert_eq!(admin.list_children(&dir).await.unwrap().len(), 2);
+    s.force_epoch_end();
+    let ended = Instant::now();
+    let mut left = 2;
+    for _ in 0..200 {
+        left = admin.list_children(&dir).await.unwrap().len();
+        if left == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(kept);
+    held.release().await.unwrap();
+    s.close().await;
+    h.close().await;
+    assert_eq!(
+        left, 1,
+        "5 s after its epoch ended, the kept chrooted node is still queued"
+    );
+}
