@@ -2525,12 +2525,13 @@ async fn an_ended_chrooted_epochs_kept_session_is_closed() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    eprintln!("{:?} after the epoch ended: {left} nodes", ended.elapsed());
     drop(kept);
     held.release().await.unwrap();
     s.close().await;
     h.close().await;
     assert_eq!(
         left, 1,
-        "5 s after its epoch ended, the kept chrooted node is still queued"
+        "10 s after its epoch ended, the kept chrooted node is still queued"
     );
 }
