@@ -1765,70 +1765,91 @@ impl Drop for ClosedAtEnd {
 /// Drops our reference to an ended epoch and waits (bounded: 2 s) for its client to close,
 /// so that its ephemeral nodes are gone when the next epoch starts or `close` returns.
 ///
-/// Something of ours may still hold the ended epoch: a request in flight (its answer is
-/// awaited, and comes), or something that keeps it (a future kept without being polled). A
-/// client still held would reconnect into the old session and keep its nodes for as long as
-/// it is held, and send whatever was handed to it at the instant its connection broke (past
-/// the `wait_connected` gate: the client keeps such requests for its next connection). Its
-/// session is then closed on the server, from a client made for the purpose
-/// ([`close_on_server`]): at once when the client is disconnected; when it is connected, only
-/// if it is still held at the end of the wait, since a new connection into the session takes
-/// it from the old client, and with it the answers the old client is owed (a busy session's
-/// `close()` had its in-flight reads and writes answered `ConnectionLost`, applied or not).
-/// A client nothing holds closes by itself: it sends its own `CloseSession` as soon as it is
-/// connected (disconnected, after it reconnects and sends what it still held), or gives up
-/// and leaves the session to expire.
+/// Something of ours may still hold the ended epoch: a request in flight or held by the
+/// client for its next connection (its answer is awaited, and comes), or something that keeps
+/// it (a future kept without being polled). A client still held would reconnect into the old
+/// session and keep its nodes for as long as it is held, and send whatever was handed to it
+/// at the instant its connection broke (past the `wait_connected` gate: the client keeps such
+/// requests for its next connection). When it is still held at the end of the wait, its
+/// session is closed on the server from a client made for the purpose ([`close_on_server`]),
+/// once the old client has been connected for [`ANSWER_GRACE`]. A client nothing holds closes
+/// by itself: it sends its own `CloseSession` as soon as it is connected (disconnected, after
+/// it reconnects and sends what it still held), or gives up and leaves the session to expire.
 async fn wait_released(config: &Config, epoch: Arc<Epoch>, state: &mut zk::StateWatcher) {
     let number = epoch.number;
     let session = epoch.session_info();
     let held = Arc::downgrade(&epoch);
     drop(epoch);
-    let until = Instant::now() + Duration::from_secs(2);
-    let mut closing = false;
-    loop {
-        let now_state = state.peek_state();
-        if now_state.is_terminated() {
-            return;
+    let ended = Instant::now();
+    let connected = |s: zk::SessionState| {
+        matches!(
+            s,
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+        )
+    };
+    // Since when the client has been connected without a break (as far as we saw).
+    let mut connected_since = connected(state.peek_state()).then_some(ended);
+    let wait = async {
+        loop {
+            let now_state = state.peek_state();
+            if now_state.is_terminated() {
+                return;
+            }
+            match (connected(now_state), connected_since) {
+                (true, None) => connected_since = Some(Instant::now()),
+                (false, Some(_)) => connected_since = None,
+                _ => {}
+            }
+            state.changed().await;
         }
-        let timed_out = Instant::now() >= until;
-        let disconnected = now_state == zk::SessionState::Disconnected;
-        if !closing && held.strong_count() > 0 && (disconnected || timed_out) {
-            tracing::info!(
-                epoch = number,
-                disconnected,
-                "an ended epoch's client is still held; closing its session on the server"
-            );
-            // In the background: the next epoch need not wait for it.
-            tokio::spawn(close_on_server(
-                config.clone(),
-                session.clone(),
-                held.clone(),
-            ));
-            closing = true;
-        }
-        if timed_out {
-            return;
-        }
-        // The holders' count has no signal of its own: looked at every 50 ms.
-        tokio::select! {
-            _ = state.changed() => {}
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-        }
+    };
+    let closed = tokio::time::timeout(ANSWER_GRACE, wait).await.is_ok();
+    if closed || held.strong_count() == 0 {
+        return;
     }
+    tracing::info!(
+        epoch = number,
+        "an ended epoch's client is still held 2 s later; closing its session on the server"
+    );
+    // In the background: the next epoch need not wait for it.
+    tokio::spawn(close_on_server(
+        config.clone(),
+        session,
+        held,
+        state.clone(),
+        connected_since,
+    ));
 }
+
+/// How long an ended epoch's client, still held by something of ours, is left connected to
+/// answer what it was asked before its session is closed under it: a new connection into the
+/// session takes the session from the old client, and with it the answers the old client is
+/// owed (a busy session's `close()`, and reads held through a blip, were answered
+/// `ConnectionLost` or `SessionExpired` when the close came at once).
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
 
 /// Closes `session` on the server: connects a client of our own to it and drops that client,
 /// which sends `CloseSession` (the server then deletes the session's ephemeral nodes, and the
-/// client still holding it learns that it expired when it reconnects). Tried again until a
-/// connect answers that the session has expired, for as long as the ended epoch is held and
-/// its client has not learnt that the session is gone; never longer: a server that is down
-/// may come back with the session (it restores sessions from its snapshot), and the held
-/// client would then resume it. The two clients take the session's connection from each
-/// other, so a close can be lost in that tug: tries are 50 ms apart for the first hundred
-/// (a tug has outlasted ten), then 1 s apart.
-async fn close_on_server(config: Config, session: zk::SessionInfo, held: std::sync::Weak<Epoch>) {
+/// client still holding it learns that it expired when it reconnects). Only while the ended
+/// epoch is held and its client has not learnt that the session is gone; and only once that
+/// client has been connected for [`ANSWER_GRACE`] without a break (`connected_since`): while
+/// it is disconnected nothing is dialed (it may be owed answers when it reconnects, and a
+/// server it cannot reach is most likely one we cannot reach either). Never given up while
+/// those hold: a server that is down may come back with the session (it restores sessions
+/// from its snapshot), and the held client would then resume it. The two clients take the
+/// session's connection from each other, so a close can be lost in that tug: it is tried
+/// again until a connect answers that the session has expired, 50 ms apart for the first
+/// hundred tries (a tug has outlasted ten), then 1 s apart.
+async fn close_on_server(
+    config: Config,
+    session: zk::SessionInfo,
+    held: std::sync::Weak<Epoch>,
+    mut state: zk::StateWatcher,
+    mut connected_since: Option<Instant>,
+) {
     let target = config.connect_string();
-    for tries in 1u32.. {
+    let mut tries = 0u32;
+    loop {
         // Not kept across the connect: our own reference must not count as a holder.
         let open = held
             .upgrade()
@@ -1840,6 +1861,31 @@ async fn close_on_server(config: Config, session: zk::SessionInfo, held: std::sy
             );
             return;
         }
+        let now_state = state.peek_state();
+        let connected = matches!(
+            now_state,
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+        );
+        let since = match (connected, connected_since) {
+            (false, _) => {
+                connected_since = None;
+                None
+            }
+            (true, None) => Some(*connected_since.insert(Instant::now())),
+            (true, Some(since)) => Some(since),
+        };
+        let due = since.map(|since| since + ANSWER_GRACE);
+        if due.is_none_or(|due| Instant::now() < due) {
+            // Waits for a change of the old client's state, or for the grace to run out; and
+            // looks again every second for its holders.
+            let wake = due.map_or(Duration::from_secs(1), |due| {
+                due.saturating_duration_since(Instant::now())
+                    .min(Duration::from_secs(1))
+            });
+            let _ = tokio::time::timeout(wake, state.changed()).await;
+            continue;
+        }
+        tries += 1;
         let connector = connector(&config, config.connect_timeout).with_session(session.clone());
         match tokio::time::timeout(config.connect_timeout, dial(&config, connector, &target)).await
         {
