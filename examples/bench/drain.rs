@@ -405,18 +405,24 @@ pub async fn run(
             wc.0 * 1e6 / n as f64
         );
     }
-    // Turns, balanced within the round: ours, chain, chain, ours in odd rounds and chain,
-    // ours, ours, chain in even ones. Each side's figure is the mean of its two drains, so a
-    // drift of the server (its JIT, its disk) or an effect of the position (the first drain
-    // after the warm-up pair ran slower, whichever side it was) weighs on both sides alike.
+    // Turns, balanced within the round: ours, chain, chain, ours, chain, ours, ours, chain in
+    // odd rounds (the Thue-Morse order) and the mirror in even ones. Each side's figure is the
+    // mean of its four drains. Both sides then hold the same share of every position's effect,
+    // a steady drift of the server (its JIT, its disk) and a U-shaped one alike. The order
+    // before (ours, chain, chain, ours in odd rounds, the mirror in even ones) balanced a
+    // drift only: over the 43 rounds of the invocations of 2026-11-26 and -27, a round's last
+    // drain ran 8% above the round's mean and the middle two 5% below, whichever side ran
+    // them, so a round with ours at both ends read a median ratio of 1.20 (26 rounds) and one
+    // with the chain at both ends 1.04 (17 rounds), and with five rounds the median fell on an
+    // odd one (three of the five).
     let order = if round % 2 == 1 {
-        [true, false, false, true]
+        [true, false, false, true, false, true, true, false]
     } else {
-        [false, true, true, false]
+        [false, true, true, false, true, false, false, true]
     };
-    let mut ours_runs = Vec::with_capacity(2);
-    let mut chain_runs = Vec::with_capacity(2);
-    let mut in_order = Vec::with_capacity(4);
+    let mut ours_runs = Vec::with_capacity(4);
+    let mut chain_runs = Vec::with_capacity(4);
+    let mut in_order = Vec::with_capacity(8);
     for (pass, is_ours) in order.into_iter().enumerate() {
         let id = round * 10 + pass;
         if is_ours {
