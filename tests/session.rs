@@ -1821,6 +1821,26 @@ async fn sync_of_a_missing_path_answers_ok_with_and_without_a_chroot() {
     assert_eq!(chrooted.sync("/").await, Ok(()));
 }
 
+/// A fair-lock acquire of `s` at `dir`, polled until its node is queued behind a holder and
+/// then kept without being polled: it holds its epoch, and so the epoch's client.
+async fn a_kept_waiter(
+    s: &Session,
+    dir: &str,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = zk_recipes::Result<zk_recipes::LockGuard>> + Send>,
+> {
+    let lock = FairLock::new(s, dir).unwrap();
+    let mut kept: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
+        Box::pin(async move { lock.lock().await });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut kept)
+            .await
+            .is_err(),
+        "queued behind the holder"
+    );
+    kept
+}
+
 /// Given a fair lock's acquire polled until its node is queued behind a holder and then kept
 /// without being polled (it holds its epoch, and so the epoch's client), when the session's
 /// epoch ends (as a loss policy would end it), then the old session's node goes within a few
@@ -1833,14 +1853,7 @@ async fn an_ended_epochs_session_is_closed_even_if_its_client_is_kept() {
     let h = session().await;
     let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
     let s = session().await;
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let mut kept = Box::pin(lock.lock());
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut kept)
-            .await
-            .is_err(),
-        "queued behind the holder"
-    );
+    let kept = a_kept_waiter(&s, &dir).await;
     let queued = children(&dir).await;
     assert_eq!(queued.len(), 2, "{queued:?}");
     s.force_epoch_end();
@@ -1861,6 +1874,33 @@ async fn an_ended_epochs_session_is_closed_even_if_its_client_is_kept() {
         1,
         "10 s after its epoch ended, the node of the old session is still queued: {left:?}"
     );
+}
+
+/// Waits until no child of `dir` is an ephemeral node of `session`, looking every 50 ms until
+/// `secs` seconds after `from`; answers the ones still there then (none when they went).
+async fn nodes_of_session_left(
+    admin: &zk::Client,
+    dir: &str,
+    session: i64,
+    from: Instant,
+    secs: u64,
+) -> Vec<String> {
+    let mut left = Vec::new();
+    while from.elapsed() < Duration::from_secs(secs) {
+        left.clear();
+        for name in admin.list_children(dir).await.unwrap_or_default() {
+            if let Ok(Some(stat)) = admin.check_stat(&format!("{dir}/{name}")).await {
+                if stat.ephemeral_owner == session {
+                    left.push(name);
+                }
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    left
 }
 
 /// Given a holder on a `Grace` session (4 s) behind a proxy, a waiter of another session
@@ -1944,21 +1984,7 @@ async fn guarded_writes_at_a_cut_land_before_the_next_holder_and_the_old_session
             }
         }
         // The old session's nodes go although the guard is still held.
-        let mut old_nodes = Vec::new();
-        while healed.elapsed() < Duration::from_secs(5) {
-            old_nodes.clear();
-            for name in admin.list_children(&dir).await.unwrap_or_default() {
-                if let Ok(Some(stat)) = admin.check_stat(&format!("{dir}/{name}")).await {
-                    if stat.ephemeral_owner == old_session {
-                        old_nodes.push(name);
-                    }
-                }
-            }
-            if old_nodes.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let old_nodes = nodes_of_session_left(&admin, &dir, old_session, healed, 5).await;
         tokio::time::timeout(Duration::from_secs(15), waiter)
             .await
             .expect("the waiter is granted and writes")
@@ -2104,14 +2130,7 @@ async fn the_server_side_close_stops_once_nothing_holds_the_epoch() {
     let h = connect(LossPolicy::OnExpiry).await.unwrap();
     let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
     let s = connect(LossPolicy::OnSuspend).await.unwrap();
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let mut kept = Box::pin(lock.lock());
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut kept)
-            .await
-            .is_err(),
-        "queued behind the holder"
-    );
+    let kept = a_kept_waiter(&s, &dir).await;
     let mut events = s.latest_state();
     server.pause().unwrap();
     tokio::time::timeout(
@@ -2164,14 +2183,7 @@ async fn an_ended_epochs_kept_session_is_closed_after_a_server_outage() {
     let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
     let s = connect(LossPolicy::OnSuspend, 20).await.unwrap();
     let old_session = s.session_id().unwrap();
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let mut kept = Box::pin(lock.lock());
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut kept)
-            .await
-            .is_err(),
-        "queued behind the holder"
-    );
+    let kept = a_kept_waiter(&s, &dir).await;
     let admin = zk::Client::connect(&server.connect_string()).await.unwrap();
     assert_eq!(admin.list_children(&dir).await.unwrap().len(), 2);
     drop(admin);
@@ -2182,21 +2194,7 @@ async fn an_ended_epochs_kept_session_is_closed_after_a_server_outage() {
     let admin = zk::Client::connect(&server.connect_string()).await.unwrap();
     // Well before the restarted server would expire the session if nobody resumed it (20 s):
     // the old client resumes it, is left connected 2 s to be answered, then it is closed.
-    let mut old_nodes = Vec::new();
-    while back.elapsed() < Duration::from_secs(14) {
-        old_nodes.clear();
-        for name in admin.list_children(&dir).await.unwrap_or_default() {
-            if let Ok(Some(stat)) = admin.check_stat(&format!("{dir}/{name}")).await {
-                if stat.ephemeral_owner == old_session {
-                    old_nodes.push(name);
-                }
-            }
-        }
-        if old_nodes.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let old_nodes = nodes_of_session_left(&admin, &dir, old_session, back, 14).await;
     eprintln!(
         "{:?} after the server came back: {old_nodes:?}",
         back.elapsed()
@@ -2355,14 +2353,7 @@ async fn an_ended_epochs_kept_session_is_closed_on_a_server_enforcing_auth() {
     let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
     let s = connect().await.unwrap();
     let old_session = s.session_id().unwrap();
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let mut kept = Box::pin(lock.lock());
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut kept)
-            .await
-            .is_err(),
-        "queued behind the holder"
-    );
+    let kept = a_kept_waiter(&s, &dir).await;
     let mut left = Vec::new();
     let mut seen = 0;
     // Read through the holder's own session (the admin must authenticate too).
@@ -2550,68 +2541,20 @@ async fn wait_suspended(s: &Session) {
     .unwrap();
 }
 
-/// Reads made during a short blip (Grace: the epoch lives on while suspended, so they are
-/// queued on the client and hold the epoch), then `close()` while the blip lasts, then the
-/// blip heals 300 ms later: the old client reconnects, sends the reads and has them answered,
-/// then closes itself. Review 19 found them cut off (0 or 1 of 200 answered) when the
-/// server-side close started at once for a disconnected client and won the race for the
-/// session; it now waits for the old client to have been connected for 2 s.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_queued_in_a_blip_at_close_are_answered() {
-    let mut cut = 0;
-    for round in 0..3 {
-        let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
-        s.read("/zookeeper").await.unwrap();
-        proxy.set_blocked(true);
-        wait_suspended(&s).await;
-        let reads: Vec<_> = (0..200)
-            .map(|_| {
-                let s = s.clone();
-                tokio::spawn(async move { s.read("/zookeeper/config").await })
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let closer = {
-            let s = s.clone();
-            tokio::spawn(async move {
-                let t = Instant::now();
-                s.close().await;
-                t.elapsed()
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        proxy.set_blocked(false);
-        let (mut okay, mut lost, mut other) = (0, 0, 0);
-        for r in reads {
-            match tokio::time::timeout(Duration::from_secs(15), r)
-                .await
-                .expect("read answers")
-                .unwrap()
-            {
-                Ok(_) => okay += 1,
-                Err(Error::ConnectionLost) => lost += 1,
-                Err(e) => {
-                    if other == 0 {
-                        eprintln!("other: {e}");
-                    }
-                    other += 1
-                }
-            }
-        }
-        let took = closer.await.unwrap();
-        eprintln!(
-            "round {round}: {okay} Ok, {lost} ConnectionLost, {other} other; close took {took:?}"
-        );
-        cut += lost + other;
-    }
-    assert_eq!(cut, 0, "reads queued in a blip at close() were cut off");
+/// How the epoch ends in [`reads_queued_in_a_blip`].
+#[derive(Clone, Copy, Debug)]
+enum BlipEnd {
+    Close,
+    EpochEnd,
 }
 
-/// The same without `close()`: a `Grace` epoch ended by `force_epoch_end` during a blip
-/// (the ended epoch's client is disconnected and held by the queued reads), healed 300 ms
-/// later: the reads are answered on the reconnect (review 19 found them cut off).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_queued_in_a_blip_at_an_epoch_end_are_answered() {
+/// Reads made during a short blip (Grace: the epoch lives on while suspended, so they are
+/// queued on the client and hold the epoch), then `close()` (or the epoch's end) while the
+/// blip lasts, then the blip heals 300 ms later: the old client reconnects, sends the reads
+/// and has them answered, then closes itself. Review 19 found them cut off (0 or 1 of 200
+/// answered) when the server-side close started at once for a disconnected client and won
+/// the race for the session; it now waits for the old client to have been connected for 2 s.
+async fn reads_queued_in_a_blip(end: BlipEnd) {
     let mut cut = 0;
     for round in 0..3 {
         let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
@@ -2625,7 +2568,16 @@ async fn reads_queued_in_a_blip_at_an_epoch_end_are_answered() {
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        s.force_epoch_end();
+        let closer = match end {
+            BlipEnd::Close => {
+                let s = s.clone();
+                Some(tokio::spawn(async move { s.close().await }))
+            }
+            BlipEnd::EpochEnd => {
+                s.force_epoch_end();
+                None
+            }
+        };
         tokio::time::sleep(Duration::from_millis(300)).await;
         proxy.set_blocked(false);
         let (mut okay, mut bad) = (0, 0);
@@ -2644,14 +2596,24 @@ async fn reads_queued_in_a_blip_at_an_epoch_end_are_answered() {
                 }
             }
         }
-        eprintln!("round {round}: {okay} Ok, {bad} errors");
+        if let Some(closer) = closer {
+            closer.await.unwrap();
+        }
+        eprintln!("{end:?}, round {round}: {okay} Ok, {bad} errors");
         cut += bad;
         s.close().await;
     }
-    assert_eq!(
-        cut, 0,
-        "reads queued in a blip at an epoch end were cut off"
-    );
+    assert_eq!(cut, 0, "reads queued in a blip were cut off at {end:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_queued_in_a_blip_at_close_are_answered() {
+    reads_queued_in_a_blip(BlipEnd::Close).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_queued_in_a_blip_at_an_epoch_end_are_answered() {
+    reads_queued_in_a_blip(BlipEnd::EpochEnd).await;
 }
 
 /// Given a `Grace` session (10 s, so the client's own no-answer detection, 10 s, comes after
@@ -2675,11 +2637,7 @@ async fn a_grace_stall_with_a_held_epoch_closes_the_session_after_resume() {
     let h = connect(LossPolicy::OnExpiry).await.unwrap();
     let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
     let s = connect(LossPolicy::Grace).await.unwrap();
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let mut kept = Box::pin(lock.lock());
-    assert!(tokio::time::timeout(Duration::from_millis(500), &mut kept)
-        .await
-        .is_err());
+    let kept = a_kept_waiter(&s, &dir).await;
     let admin = zk_recipes::zk::Client::connector()
         .with_session_timeout(Duration::from_secs(30))
         .connect(&server.connect_string())
