@@ -1780,26 +1780,14 @@ async fn wait_released(config: &Config, epoch: Arc<Epoch>, state: &mut zk::State
     let session = epoch.session_info();
     let held = Arc::downgrade(&epoch);
     drop(epoch);
-    let ended = Instant::now();
-    let connected = |s: zk::SessionState| {
-        matches!(
-            s,
-            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
-        )
-    };
-    // Since when the client has been connected without a break (as far as we saw).
-    let mut connected_since = connected(state.peek_state()).then_some(ended);
+    let mut connected_since = None;
     let wait = async {
         loop {
             let now_state = state.peek_state();
             if now_state.is_terminated() {
                 return;
             }
-            match (connected(now_state), connected_since) {
-                (true, None) => connected_since = Some(Instant::now()),
-                (false, Some(_)) => connected_since = None,
-                _ => {}
-            }
+            connected_since = connected_since_now(connected_since, now_state);
             state.changed().await;
         }
     };
@@ -1819,6 +1807,16 @@ async fn wait_released(config: &Config, epoch: Arc<Epoch>, state: &mut zk::State
         state.clone(),
         connected_since,
     ));
+}
+
+/// Since when a client has been connected without a break, given what was known before
+/// (`since`) and its state now: `None` while it is not connected.
+fn connected_since_now(since: Option<Instant>, state: zk::SessionState) -> Option<Instant> {
+    let connected = matches!(
+        state,
+        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+    );
+    connected.then(|| since.unwrap_or_else(Instant::now))
 }
 
 /// How long an ended epoch's client, still held by something of ours, is left connected to
@@ -1861,20 +1859,8 @@ async fn close_on_server(
             );
             return;
         }
-        let now_state = state.peek_state();
-        let connected = matches!(
-            now_state,
-            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
-        );
-        let since = match (connected, connected_since) {
-            (false, _) => {
-                connected_since = None;
-                None
-            }
-            (true, None) => Some(*connected_since.insert(Instant::now())),
-            (true, Some(since)) => Some(since),
-        };
-        let due = since.map(|since| since + ANSWER_GRACE);
+        connected_since = connected_since_now(connected_since, state.peek_state());
+        let due = connected_since.map(|since| since + ANSWER_GRACE);
         if due.is_none_or(|due| Instant::now() < due) {
             // Waits for a change of the old client's state, or for the grace to run out; and
             // looks again every second for its holders.
