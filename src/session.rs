@@ -1831,8 +1831,8 @@ const ANSWER_GRACE: Duration = Duration::from_secs(2);
 /// client still holding it learns that it expired when it reconnects). Only while the ended
 /// epoch is held and its client has not learnt that the session is gone; and only once that
 /// client has been connected for [`ANSWER_GRACE`] without a break (`connected_since`): while
-/// it is disconnected nothing is dialed (it may be owed answers when it reconnects, and a
-/// server it cannot reach is most likely one we cannot reach either). Never given up while
+/// it is disconnected nothing is dialed before the first try (it may be owed answers when it
+/// reconnects, and a server it cannot reach is most likely one we cannot reach either). Never given up while
 /// those hold: a server that is down may come back with the session (it restores sessions
 /// from its snapshot), and the held client would then resume it. The two clients take the
 /// session's connection from each other, so a close can be lost in that tug: it is tried
@@ -1859,9 +1859,12 @@ async fn close_on_server(
             );
             return;
         }
+        // The grace is the old client's, before our first try: once a try of ours has taken
+        // the session from it, what it was owed is cut off already, and waiting again after
+        // each tug (it takes the session back by reconnecting) only drew the close out.
         connected_since = connected_since_now(connected_since, state.peek_state());
         let due = connected_since.map(|since| since + ANSWER_GRACE);
-        if due.is_none_or(|due| Instant::now() < due) {
+        if tries == 0 && due.is_none_or(|due| Instant::now() < due) {
             // Waits for a change of the old client's state, or for the grace to run out; and
             // looks again every second for its holders.
             let wake = due.map_or(Duration::from_secs(1), |due| {
