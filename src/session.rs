@@ -664,12 +664,20 @@ impl Epoch {
     /// awaits side by side, which doubled the size of every request future (a release's
     /// transaction grew from 168 to 1088 bytes, and its task past the allocator's small
     /// sizes).
+    ///
+    /// A request that the client answers `SessionExpired` after this process closed the
+    /// session (the epoch ended with [`LossReason::Closed`]) is answered `ClientClosed`,
+    /// which the caller reports as [`Error::Closed`]: the server did end the session, but
+    /// because of our close, and no new session will come to retry in.
     fn track<T>(
         &self,
         op: &'static str,
         fut: impl Future<Output = ZkResult<T>>,
     ) -> impl Future<Output = ZkResult<T>> {
-        self.track_with(op, fut, was_answered)
+        let reason = self.reason.clone();
+        futures::FutureExt::map(self.track_with(op, fut, was_answered), move |result| {
+            result.map_err(|err| closed_by_us(&reason, err))
+        })
     }
 
     /// [`track`](Self::track) for any answer, `answered` telling which ones the server gave.
@@ -705,7 +713,18 @@ impl Epoch {
                 zk::MultiWriteError::RequestFailed { source },
             ))),
         };
-        self.track_with("multi", sent_or_refused, multi_was_answered)
+        let reason = self.reason.clone();
+        let tracked = self.track_with("multi", sent_or_refused, multi_was_answered);
+        futures::FutureExt::map(tracked, move |result| {
+            result.map_err(|err| match err {
+                zk::MultiWriteError::RequestFailed { source } => {
+                    zk::MultiWriteError::RequestFailed {
+                        source: closed_by_us(&reason, source),
+                    }
+                }
+                other => other,
+            })
+        })
     }
 
     /// Whether this epoch has ended, or its client already knows the session is gone (the
@@ -1576,6 +1595,17 @@ impl Session {
     #[doc(hidden)]
     pub fn zk_session_info(&self) -> Option<zk::SessionInfo> {
         self.current_epoch().map(|e| e.session_info())
+    }
+}
+
+/// `err`, except that `SessionExpired` is `ClientClosed` once the epoch ended because this
+/// process closed the session (see [`Epoch::track`]).
+fn closed_by_us(reason: &Mutex<Option<LossReason>>, err: zk::Error) -> zk::Error {
+    match err {
+        zk::Error::SessionExpired if *reason.lock().unwrap() == Some(LossReason::Closed) => {
+            zk::Error::ClientClosed
+        }
+        err => err,
     }
 }
 

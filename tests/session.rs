@@ -2616,6 +2616,65 @@ async fn reads_queued_in_a_blip_at_an_epoch_end_are_answered() {
     reads_queued_in_a_blip(BlipEnd::EpochEnd).await;
 }
 
+/// Given a `Grace` session cut off by its proxy with reads queued in its client, when the
+/// process closes it and the session then ends on the server before the cut heals, then the
+/// queued reads, answered `SessionExpired` by the client once it reconnects, report
+/// `Error::Closed`: the session was closed by this process and retrying cannot help (review
+/// 19 saw "the session expired ...; retry the operation", and a retry answered `Closed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_cut_off_by_a_close_answer_closed() {
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::Grace).await;
+    s.read("/zookeeper").await.unwrap();
+    let info = s.zk_session_info().expect("a live session");
+    proxy.set_blocked(true);
+    wait_suspended(&s).await;
+    let reads: Vec<_> = (0..20)
+        .map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move { s.read("/zookeeper/config").await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let closer = {
+        let s = s.clone();
+        tokio::spawn(async move { s.close().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    zk_recipes::testing::expire_session(&[&proxy], &proxy.target().to_string(), info)
+        .await
+        .expect("end the session on the server");
+    proxy.set_blocked(false);
+    let mut answers = Vec::new();
+    for r in reads {
+        let answer = tokio::time::timeout(Duration::from_secs(15), r)
+            .await
+            .expect("read answers")
+            .unwrap();
+        answers.push(answer.map(|_| ()).map_err(|e| e.to_string()));
+    }
+    tokio::time::timeout(Duration::from_secs(15), closer)
+        .await
+        .expect("close returns")
+        .unwrap();
+    let after = s.read("/zookeeper/config").await;
+    assert!(
+        matches!(after, Err(Error::Closed)),
+        "after close: {after:?}"
+    );
+    let closed = Error::Closed.to_string();
+    let wrong: Vec<_> = answers
+        .iter()
+        .filter(|a| **a != Err(closed.clone()))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} reads cut off by the close did not answer Closed, e.g. {:?}",
+        wrong.len(),
+        answers.len(),
+        wrong[0]
+    );
+}
+
 /// Given a `Grace` session (10 s, so the client's own no-answer detection, 10 s, comes after
 /// the grace deadline, 8.5 s) whose kept fair-lock acquire holds its epoch, when the server
 /// stalls (paused: TCP up, nothing answered) for 9.5 s, then the epoch ends by the deadline
