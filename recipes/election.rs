@@ -121,8 +121,9 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path, [`Error::InvalidArgument`] for an id over
-    /// 1 MB; nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
+    /// ZooKeeper's reserved `/zookeeper` tree), [`Error::InvalidArgument`] for an id over 1 MB;
+    /// nothing is sent.
     ///
     /// # Examples
     ///
@@ -140,6 +141,7 @@ impl Election {
         let id: String = id.into();
         crate::path::validate_data("the candidate id", id.as_bytes())?;
         let mut spec = default_spec(
+            session,
             path.as_ref(),
             NodeKind::Latch,
             LATCH_MEMBERS,

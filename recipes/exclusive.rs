@@ -33,7 +33,7 @@ use zookeeper_client as zk;
 
 use crate::error::{is_unknown, Error, Result};
 use crate::guard::LockGuard;
-use crate::path::{validate_path, Layout, NodeKind, NodeName};
+use crate::path::{Layout, NodeKind, NodeName};
 use crate::queue::{bounded, decide_fixed, Abandoned, Fixed, Granted, Holding, Wait};
 use crate::session::{Epoch, Session};
 
@@ -66,9 +66,10 @@ impl ExclusiveLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path; nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
+    /// ZooKeeper's reserved `/zookeeper` tree); nothing is sent.
     pub fn new(session: &Session, path: impl AsRef<str>) -> Result<ExclusiveLock> {
-        validate_path(path.as_ref())?;
+        session.validate_recipe_path(path.as_ref())?;
         Ok(ExclusiveLock {
             session: session.clone(),
             path: path.as_ref().into(),
@@ -281,6 +282,9 @@ impl ExclusiveLock {
                                 reason: "its chroot does not exist",
                             })
                         }
+                        Err(zk::Error::NoChildrenForEphemerals) => {
+                            return Err(epoch.below_an_ephemeral(path).await)
+                        }
                         Err(err) => return Err(Error::zk("create parent", path, err)),
                     }
                 }
@@ -318,10 +322,13 @@ impl ExclusiveLock {
             if try_only {
                 return match epoch.check_stat(path).await {
                     Ok(Some(stat)) if stat.ephemeral_owner == 0 => Err(not_a_lock()),
+                    Ok(Some(stat)) if stuck(&epoch, path, &stat) => Err(stuck_error(path)),
                     _ => Err(Error::WouldBlock),
                 };
             }
-            // Held by someone else: wait for it to go.
+            // Held by someone else: wait for it to go. (Or held by our own node, which a
+            // release of ours is about to find undeletable: that wakes us too.)
+            let mut stuck_changes = epoch.stuck_changes();
             let (stat, watcher) = match epoch.check_and_watch_stat(path).await {
                 Ok(r) => r,
                 Err(err) if is_unknown(&err) => continue,
@@ -330,11 +337,13 @@ impl ExclusiveLock {
             match stat {
                 None => continue,
                 Some(stat) if stat.ephemeral_owner == 0 => return Err(not_a_lock()),
+                Some(stat) if stuck(&epoch, path, &stat) => return Err(stuck_error(path)),
                 Some(_) => {}
             }
             tokio::select! {
                 _ = watcher.changed() => {}
                 _ = epoch.lost_token().cancelled() => {}
+                Ok(()) = stuck_changes.changed() => {}
                 _ = sleep_until(deadline) => return Err(Error::Timeout),
             }
         }
@@ -362,5 +371,19 @@ impl ExclusiveLock {
             .with_shared_path()
             .claimed();
         LockGuard::new(holding)
+    }
+}
+
+/// Whether `stat`, read at `path`, is a node of ours whose delete the server refused (see
+/// [`Epoch::note_stuck`]): it stays until the session ends, and waiting for it never ends.
+fn stuck(epoch: &Epoch, path: &str, stat: &zk::Stat) -> bool {
+    stat.ephemeral_owner == epoch.session_id && epoch.is_stuck(path, stat.czxid)
+}
+
+/// The answer of an acquire that finds our own undeletable node at the path: the directory's
+/// ACL does not let this session delete it.
+fn stuck_error(path: &str) -> Error {
+    Error::NoAuth {
+        path: crate::path::parent(path).to_string(),
     }
 }

@@ -67,9 +67,16 @@ impl FairLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path; nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
+    /// ZooKeeper's reserved `/zookeeper` tree); nothing is sent.
     pub fn new(session: &Session, path: impl AsRef<str>) -> Result<FairLock> {
-        let spec = default_spec(path.as_ref(), NodeKind::Lock, LOCK_MEMBERS, Rule::Exclusive)?;
+        let spec = default_spec(
+            session,
+            path.as_ref(),
+            NodeKind::Lock,
+            LOCK_MEMBERS,
+            Rule::Exclusive,
+        )?;
         Ok(FairLock {
             session: session.clone(),
             spec: Arc::new(spec),

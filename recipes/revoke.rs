@@ -37,7 +37,7 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::path::{join, validate_path, NodeName};
+use crate::path::{join, NodeName};
 use crate::queue::list_contenders;
 use crate::session::{Epoch, Session};
 use crate::Role;
@@ -112,7 +112,7 @@ impl Revocation {
 /// # Ok(()) }
 /// ```
 pub async fn revoke(session: &Session, path: &str, node: &str) -> Result<Revocation> {
-    validate_path(path)?;
+    session.validate_recipe_path(path)?;
     // A child name: with a `/` it would name a node of another directory (another lock's).
     let name = NodeName::parse(node)
         .filter(|_| !node.contains('/'))

@@ -135,7 +135,8 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path; nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
+    /// ZooKeeper's reserved `/zookeeper` tree); nothing is sent.
     ///
     /// # Examples
     ///
@@ -146,6 +147,7 @@ impl RwLock {
     /// ```
     pub fn new(session: &Session, path: impl AsRef<str>) -> Result<RwLock> {
         let spec = default_spec(
+            session,
             path.as_ref(),
             NodeKind::Write,
             LOCK_MEMBERS,

@@ -66,8 +66,9 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path, [`Error::InvalidArgument`] for
-    /// `permits == 0`; nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
+    /// ZooKeeper's reserved `/zookeeper` tree), [`Error::InvalidArgument`] for `permits == 0`;
+    /// nothing is sent.
     pub fn new(session: &Session, path: impl AsRef<str>, permits: usize) -> Result<Semaphore> {
         if permits == 0 {
             return Err(Error::InvalidArgument(
@@ -75,6 +76,7 @@ impl Semaphore {
             ));
         }
         let mut spec = default_spec(
+            session,
             path.as_ref(),
             NodeKind::Lease,
             LEASE_MEMBERS,

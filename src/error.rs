@@ -76,7 +76,7 @@ pub enum Error {
     ConnectionLost,
 
     /// The server refused the operation for lack of permission (ACL).
-    #[error("no permission for {path}: the node's ACL does not allow this session; add credentials with SessionBuilder::with_digest_auth or change the ACL")]
+    #[error("no permission for {path}: the ACL of the node (or, to create or delete it, of its parent) does not allow this session; add credentials with SessionBuilder::with_digest_auth or change the ACL")]
     NoAuth {
         /// The path the operation was refused on.
         path: String,

@@ -44,7 +44,9 @@ pub(crate) fn validate_data(what: &str, data: &[u8]) -> Result<()> {
 /// Checks that `path` is a valid absolute ZooKeeper path for a recipe.
 ///
 /// Rejects: empty, relative, `/` itself, a trailing `/`, empty segments (`//`), `.` and `..`
-/// segments, and characters ZooKeeper refuses (NUL, control characters, U+FFF0..).
+/// segments, and characters ZooKeeper refuses (NUL, control characters, U+FFF0..). The
+/// recipes' constructors also refuse ZooKeeper's reserved `/zookeeper` tree on a session
+/// without a chroot (this check does not know the session).
 ///
 /// # Examples
 ///
@@ -90,6 +92,21 @@ pub fn validate_path(path: &str) -> Result<()> {
             || ('\u{e000}'..='\u{f8ff}').contains(&c)
     }) {
         return bad("it contains a character ZooKeeper does not allow (control or reserved)");
+    }
+    Ok(())
+}
+
+/// Checks a recipe's path: [`validate_path`], and, on a session without a chroot, not in
+/// ZooKeeper's own tree (`/zookeeper`: its quotas and configuration), where a semaphore would
+/// write its permit count into ZooKeeper's own node. Under a chroot, `/zookeeper` is an
+/// ordinary path.
+pub(crate) fn validate_recipe_path(path: &str, chrooted: bool) -> Result<()> {
+    validate_path(path)?;
+    if !chrooted && (path == "/zookeeper" || path.starts_with("/zookeeper/")) {
+        return Err(Error::InvalidPath {
+            path: path.to_string(),
+            reason: "it is in ZooKeeper's reserved /zookeeper tree (quotas, configuration)",
+        });
     }
     Ok(())
 }

@@ -632,6 +632,17 @@ pub(crate) struct Epoch {
     identity: Arc<Identity>,
     /// Whether the caller gave credentials of its own.
     user_auth: bool,
+    /// The session's shutdown: cancelled once `close()` has started (or the last handle is
+    /// gone). The epoch may live on a while after (the supervisor waits for the releases of
+    /// guards dropped just before), its requests still answered.
+    closing: CancellationToken,
+    /// Our nodes whose delete the server refused for good (`NoAuth`: the directory's ACL
+    /// lets us create but not delete), by path: they stay until the session ends and block
+    /// whoever queues behind them. A waiter that would wait behind them for ever answers
+    /// `NoAuth` instead (review 20). With its czxid at a shared path (the simple lock's),
+    /// where a later node of ours may take its place. `stuck_changed` counts the additions.
+    stuck: Mutex<std::collections::HashMap<String, Option<i64>>>,
+    stuck_changed: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Epoch {
@@ -665,18 +676,18 @@ impl Epoch {
     /// transaction grew from 168 to 1088 bytes, and its task past the allocator's small
     /// sizes).
     ///
-    /// A request that the client answers `SessionExpired` after this process closed the
-    /// session (the epoch ended with [`LossReason::Closed`]) is answered `ClientClosed`,
-    /// which the caller reports as [`Error::Closed`]: the server did end the session, but
-    /// because of our close, and no new session will come to retry in.
+    /// A request that the client answers `SessionExpired` once this process has started to
+    /// close the session is answered `ClientClosed`, which the caller reports as
+    /// [`Error::Closed`]: whatever ended the session on the server, no new session will come
+    /// to retry in.
     fn track<T>(
         &self,
         op: &'static str,
         fut: impl Future<Output = ZkResult<T>>,
     ) -> impl Future<Output = ZkResult<T>> {
-        let reason = self.reason.clone();
+        let closing = self.closing.clone();
         futures::FutureExt::map(self.track_with(op, fut, was_answered), move |result| {
-            result.map_err(|err| closed_by_us(&reason, err))
+            result.map_err(|err| closed_by_us(&closing, err))
         })
     }
 
@@ -713,18 +724,47 @@ impl Epoch {
                 zk::MultiWriteError::RequestFailed { source },
             ))),
         };
-        let reason = self.reason.clone();
+        let closing = self.closing.clone();
         let tracked = self.track_with("multi", sent_or_refused, multi_was_answered);
         futures::FutureExt::map(tracked, move |result| {
             result.map_err(|err| match err {
                 zk::MultiWriteError::RequestFailed { source } => {
                     zk::MultiWriteError::RequestFailed {
-                        source: closed_by_us(&reason, source),
+                        source: closed_by_us(&closing, source),
                     }
                 }
                 other => other,
             })
         })
+    }
+
+    /// Notes that our node at `path` (made at `czxid`, given at a shared path) cannot be
+    /// deleted (its delete was refused with `NoAuth`, and the node is still ours): it stays
+    /// until the session ends.
+    pub(crate) fn note_stuck(&self, path: &str, czxid: Option<i64>) {
+        tracing::warn!(
+            node = path,
+            "the server refused to delete our node (no DELETE permission on its directory); \
+             it stays until the session ends, and acquires queued behind it answer NoAuth"
+        );
+        self.stuck.lock().unwrap().insert(path.to_string(), czxid);
+        self.stuck_changed.send_modify(|n| *n += 1);
+    }
+
+    /// Whether [`note_stuck`](Self::note_stuck) noted `path` (the node made at `czxid`, if
+    /// it noted one).
+    pub(crate) fn is_stuck(&self, path: &str, czxid: i64) -> bool {
+        match self.stuck.lock().unwrap().get(path) {
+            Some(Some(noted)) => *noted == czxid,
+            Some(None) => true,
+            None => false,
+        }
+    }
+
+    /// Tells of every [`note_stuck`](Self::note_stuck) from now on; its value is 0 until the
+    /// first.
+    pub(crate) fn stuck_changes(&self) -> watch::Receiver<u64> {
+        self.stuck_changed.subscribe()
     }
 
     /// Whether this epoch has ended, or its client already knows the session is gone (the
@@ -1111,6 +1151,26 @@ impl Epoch {
             return Ok(());
         }
         Err(zk::Error::NoNode)
+    }
+
+    /// The error for a recipe path that [`create_parents`](Self::create_parents) could not
+    /// make because an ancestor is an ephemeral node (which cannot have children): names that
+    /// ancestor, read here (or the path's parent, if the tree changed meanwhile).
+    pub(crate) async fn below_an_ephemeral(&self, path: &str) -> Error {
+        let mut dir = crate::path::parent(path);
+        let mut ephemeral = dir;
+        while dir != "/" {
+            if let Ok(Some(stat)) = self.check_stat(dir).await {
+                if stat.ephemeral_owner != 0 {
+                    ephemeral = dir;
+                }
+            }
+            dir = crate::path::parent(dir);
+        }
+        Error::InvalidArgument(format!(
+            "{ephemeral} is an ephemeral node and cannot have children, so {path} cannot be \
+             made below it: pick another path"
+        ))
     }
 }
 
@@ -1591,6 +1651,12 @@ impl Session {
         }
     }
 
+    /// Checks a recipe's path for this session ([`crate::path::validate_recipe_path`]: the
+    /// reserved `/zookeeper` tree is refused unless the session has a chroot).
+    pub(crate) fn validate_recipe_path(&self, path: &str) -> Result<()> {
+        crate::path::validate_recipe_path(path, self.shared.config.chroot.is_some())
+    }
+
     /// The `zookeeper-client` session of the current epoch (for the test harness's `expire`).
     #[doc(hidden)]
     pub fn zk_session_info(&self) -> Option<zk::SessionInfo> {
@@ -1598,13 +1664,11 @@ impl Session {
     }
 }
 
-/// `err`, except that `SessionExpired` is `ClientClosed` once the epoch ended because this
-/// process closed the session (see [`Epoch::track`]).
-fn closed_by_us(reason: &Mutex<Option<LossReason>>, err: zk::Error) -> zk::Error {
+/// `err`, except that `SessionExpired` is `ClientClosed` once this process has started to
+/// close the session (see [`Epoch::track`]).
+fn closed_by_us(closing: &CancellationToken, err: zk::Error) -> zk::Error {
     match err {
-        zk::Error::SessionExpired if *reason.lock().unwrap() == Some(LossReason::Closed) => {
-            zk::Error::ClientClosed
-        }
+        zk::Error::SessionExpired if closing.is_cancelled() => zk::Error::ClientClosed,
         err => err,
     }
 }
@@ -1681,6 +1745,9 @@ impl Shared {
             grace,
             identity: self.config.identity.clone(),
             user_auth: self.config.auth.is_some(),
+            closing: self.shutdown.clone(),
+            stuck: Mutex::default(),
+            stuck_changed: watch::Sender::new(0),
         });
         epoch.health.answered(Instant::now());
         *self.current.lock().unwrap() = Some(epoch.clone());

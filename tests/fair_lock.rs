@@ -1433,11 +1433,13 @@ enum DroppedNode {
 }
 
 /// A `lock()` that took a dropped guard's release into its transaction does not answer for
-/// that guard: when the old node's part fails (the node gone, or refused), it creates its own
-/// node plainly. The session's replies are held meanwhile, so the holder hears of nothing
-/// before it drops, and while they are held the server must see no new node: the proof that
-/// the release went out with the create, not alone. Fails without the fallback (`LockLost`, or
-/// `NoAuth` on the old node).
+/// that guard: when the old node is gone, it creates its own node plainly (it failed without
+/// that fallback, `LockLost`). When the old node's part is refused (`NoAuth`), the old node
+/// stays, ours, until the session ends, and a node queued behind it would wait for ever: the
+/// `lock()` answers `NoAuth` on the directory and creates nothing (review 20; it answered
+/// `WouldBlock` before, as if a retry could help). The session's replies are held meanwhile,
+/// so the holder hears of nothing before it drops, and while they are held the server must
+/// see no new node: the proof that the release went out with the create, not alone.
 async fn a_merged_lock_whose_dropped_node_fails(case: DroppedNode) {
     use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
     let root = unique_root("merge-fallback");
@@ -1515,8 +1517,8 @@ async fn a_merged_lock_whose_dropped_node_fails(case: DroppedNode) {
         }
         DroppedNode::Refused => {
             match result {
-                Err(Error::WouldBlock) => {}
-                other => panic!("expected WouldBlock behind the old node: {other:?}"),
+                Err(Error::NoAuth { path }) if path == root => {}
+                other => panic!("expected NoAuth on the directory: {other:?}"),
             }
             assert_only_node(&root, &old, "only the refused old node may be left").await;
             admin.delete(&old, None).await.expect("admin delete");
@@ -1531,7 +1533,7 @@ async fn a_merged_lock_whose_dropped_node_was_deleted_creates_its_node_plainly()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_merged_lock_whose_dropped_node_refuses_the_release_creates_its_node_plainly() {
+async fn a_merged_lock_whose_dropped_node_refuses_the_release_answers_no_auth() {
     a_merged_lock_whose_dropped_node_fails(DroppedNode::Refused).await;
 }
 

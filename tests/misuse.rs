@@ -550,8 +550,82 @@ async fn paths_we_may_not_use() {
             }
             Ok(_) => panic!("{recipe:?} acquired with an ephemeral node as its directory"),
         }
+        // One level lower, the same mistake answered a raw `ZooKeeper { op: "create parent",
+        // source: NoChildrenForEphemerals }` naming the lock path (review 20).
+        let below = format!("{eph}/sub/lock");
+        match acquire(recipe, &s, &below, None).await {
+            Err(Error::InvalidArgument(m)) => assert!(
+                m.starts_with(&format!("{eph} is an ephemeral node")),
+                "{recipe:?} on {below}: the message should name the ephemeral node: {m}"
+            ),
+            other => panic!(
+                "{recipe:?} below an ephemeral node: expected InvalidArgument, got {:?}",
+                other.map(drop)
+            ),
+        }
+        // ZooKeeper's own tree (review 20: every recipe took locks there, and a semaphore on
+        // /zookeeper wrote its permit count into ZooKeeper's own node).
+        for reserved in ["/zookeeper", "/zookeeper/quota/lock"] {
+            match acquire(recipe, &s, reserved, None).await {
+                Err(Error::InvalidPath { path, .. }) => assert_eq!(path, reserved),
+                other => panic!(
+                    "{recipe:?} on {reserved}: expected InvalidPath, got {:?}",
+                    other.map(drop)
+                ),
+            }
+        }
     }
+    let ex = ExclusiveLock::new(&s, format!("{eph}/sub/lock"))
+        .unwrap()
+        .lock()
+        .await;
+    assert!(
+        matches!(&ex, Err(Error::InvalidArgument(m)) if m.starts_with(&format!("{eph} is an ephemeral node"))),
+        "simple lock below an ephemeral node: {:?}",
+        ex.map(drop)
+    );
+    assert!(matches!(
+        ExclusiveLock::new(&s, "/zookeeper/lock"),
+        Err(Error::InvalidPath { .. })
+    ));
     assert_eq!(snapshot(&admin, &root).await, before, "ZooKeeper changed");
+    assert!(
+        children(&admin, "/zookeeper")
+            .await
+            .iter()
+            .all(|c| c == "config" || c == "quota"),
+        "a recipe made a node in /zookeeper"
+    );
+    s.close().await;
+}
+
+/// Under a chroot, `/zookeeper` is an ordinary path of the application's tree: a recipe may
+/// use it (the reserved tree is refused only on a session without a chroot).
+#[tokio::test]
+async fn under_a_chroot_zookeeper_is_an_ordinary_path() {
+    let admin = raw().await;
+    let chroot = unique_root("chroot-zk");
+    admin
+        .create(
+            &chroot,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let s = within(
+        "a chrooted session",
+        Session::builder(shared_server().connect_string())
+            .with_chroot(&chroot)
+            .connect(),
+    )
+    .await
+    .unwrap();
+    let guard = within("lock", FairLock::new(&s, "/zookeeper").unwrap().lock())
+        .await
+        .unwrap();
+    assert!(guard.path().starts_with("/zookeeper/"), "{}", guard.path());
+    guard.release().await.unwrap();
     s.close().await;
 }
 
@@ -761,6 +835,113 @@ async fn guards_and_recipes_after_the_session_closed() {
             children(&admin, &dir).await.is_empty(),
             "{recipe:?} left a node"
         );
+    }
+}
+
+/// Given a guard of every kind held and a handle of every recipe, when the session is
+/// closed, then every public operation answers `Closed` (a guard's, `LockLost(Closed)`), none
+/// of them retryable; `observe()` ends, `run()` finishes, and no contender node is left.
+/// (Review 20's probe, which held on 99b9840; kept as the table of every operation.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_after_close_answers_closed() {
+    use futures::StreamExt;
+    use zk_recipes::{MultiLock, Op};
+    let admin = raw().await;
+    let root = unique_root("closed-all");
+    let s = session().await;
+    let fair = FairLock::new(&s, format!("{root}/fair")).unwrap();
+    let held = fair.lock().await.unwrap();
+    let rw = RwLock::new(&s, format!("{root}/rw")).unwrap();
+    let w = rw.write().await.unwrap();
+    let el = Election::new(&s, format!("{root}/el"), "me").unwrap();
+    let lead = el.campaign().await.unwrap();
+    let ex = ExclusiveLock::new(&s, format!("{root}/ex")).unwrap();
+    let exg = ex.lock().await.unwrap();
+    let sem = Semaphore::new(&s, format!("{root}/sem"), 2).unwrap();
+    let semg = sem.acquire().await.unwrap();
+    let multi = MultiLock::new(&s, [format!("{root}/m1"), format!("{root}/m2")]).unwrap();
+    let mg = multi.lock().await.unwrap();
+    let node = held.path().rsplit('/').next().unwrap().to_string();
+    s.close().await;
+    let mut wrong = Vec::new();
+    macro_rules! probe {
+        ($what:expr, $e:expr) => {{
+            match within($what, $e).await.map(drop) {
+                Err(Error::Closed | Error::LockLost(LossReason::Closed)) => {}
+                other => wrong.push(format!("{}: {other:?}", $what)),
+            }
+        }};
+    }
+    probe!(
+        "guarded",
+        held.guarded([Op::create(format!("{root}/x"), "")])
+    );
+    probe!("relock", fair.relock(held));
+    probe!("lock", fair.lock());
+    probe!("try_lock", fair.try_lock());
+    probe!("lock_timeout", fair.lock_timeout(Duration::from_secs(1)));
+    probe!("contenders", fair.contenders());
+    probe!(
+        "list_contenders",
+        zk_recipes::list_contenders(&s, &format!("{root}/fair"))
+    );
+    probe!(
+        "revoke",
+        zk_recipes::revoke(&s, &format!("{root}/fair"), &node)
+    );
+    probe!(
+        "revoke_holders",
+        zk_recipes::revoke_holders(&s, &format!("{root}/fair"))
+    );
+    probe!("downgrade", w.downgrade());
+    probe!("read", rw.read());
+    probe!("try_write", rw.try_write());
+    probe!("rw contenders", rw.contenders());
+    probe!(
+        "leader's guarded",
+        lead.guarded([Op::create(format!("{root}/y"), "")])
+    );
+    probe!("resign", lead.resign());
+    probe!("leader", el.leader());
+    probe!("participants", el.participants());
+    probe!("campaign", el.campaign());
+    probe!(
+        "campaign_timeout",
+        el.campaign_timeout(Duration::from_secs(1))
+    );
+    probe!("holder", ex.holder());
+    probe!("simple lock", ex.lock());
+    probe!("simple try_lock", ex.try_lock());
+    probe!("simple release", exg.release());
+    probe!("acquire", sem.acquire());
+    probe!("semaphore contenders", sem.contenders());
+    probe!("lease release", semg.release());
+    probe!("multi lock", multi.lock());
+    probe!("multi try_lock", multi.try_lock());
+    probe!(
+        "multi guarded",
+        mg.guarded([Op::create(format!("{root}/z"), "")])
+    );
+    probe!("multi release", mg.release());
+    probe!("read a node", s.read(&root));
+    probe!("wait_connected", s.wait_connected(Duration::from_secs(1)));
+    let mut changes = el.observe();
+    if let Some(item) = within("observe", changes.next()).await {
+        wrong.push(format!("observe: {:?}", item.map(drop)));
+    }
+    let runner = el.run(|l| async move { l.lost().await });
+    // It ends by itself (a stop before that is a stop, answered `Ok`).
+    within("the runner to end", async {
+        while !runner.is_finished() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    probe!("runner stop", runner.stop());
+    assert!(wrong.is_empty(), "after close(): {wrong:#?}");
+    for dir in ["fair", "rw", "el", "ex", "sem", "m1", "m2"] {
+        let left = children(&admin, &format!("{root}/{dir}")).await;
+        assert!(left.is_empty(), "{dir}: nodes left after close: {left:?}");
     }
 }
 
@@ -1207,6 +1388,126 @@ async fn a_queue_that_lets_us_create_but_not_delete_is_no_auth_not_a_clean_give_
     drop(held);
     s1.close().await;
     s2.close().await;
+}
+
+/// A directory whose ACL lets us create, read and write but not delete.
+async fn a_directory_denying_delete(admin: &zk::Client, path: &str) {
+    use zk::Permission as P;
+    let acl = [zk::Acl::new(
+        P::CREATE | P::READ | P::WRITE,
+        zk::AuthId::anyone(),
+    )];
+    admin
+        .create(
+            path,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl)),
+        )
+        .await
+        .unwrap();
+}
+
+/// Given a directory that lets us create but not delete, when a guard is released (or
+/// dropped) and the same lock is taken again on the same session, then the release answers
+/// `NoAuth` (the node stays, ours, until the session ends) and so does the next acquire,
+/// which would otherwise wait behind our own undeletable node for ever. Review 20 found the
+/// simple lock's release answering `LockLost(NodeDeleted)` ("deleted by someone else ...
+/// acquire it again") with its node still there, the next `try_lock` and `lock_timeout`
+/// answering `WouldBlock` and `Timeout`, and a fair lock, a semaphore of one and a write lock
+/// taken again after a drop waiting until the session ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_by_the_directory_is_no_auth_and_so_is_the_next_acquire() {
+    let admin = raw().await;
+    let root = unique_root("no-delete-again");
+    a_directory_denying_delete(&admin, &root).await;
+    let s = session().await;
+    let path = format!("{root}/simple");
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let guard = within("lock", lock.lock()).await.unwrap();
+    let released = within("release", guard.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "simple lock's refused release answered {released:?}"
+    );
+    let owner = admin
+        .check_stat(&path)
+        .await
+        .unwrap()
+        .map(|s| s.ephemeral_owner);
+    assert_eq!(owner, s.session_id(), "the refused node is ours and stays");
+    let tried = within("try_lock", lock.try_lock()).await.map(drop);
+    let timed = within("lock_timeout", lock.lock_timeout(Duration::from_secs(2)))
+        .await
+        .map(drop);
+    for (what, r) in [("try_lock", &tried), ("lock_timeout", &timed)] {
+        assert!(
+            matches!(r, Err(Error::NoAuth { path }) if *path == root),
+            "simple lock's {what} behind our own undeletable node answered {r:?}"
+        );
+    }
+    for kind in ["simple", "fair", "semaphore(1)", "write"] {
+        for explicit in [false, true] {
+            let dir = format!("{root}/{kind}-{explicit}");
+            a_directory_denying_delete(&admin, &dir).await;
+            let again = match kind {
+                "simple" => {
+                    let l = ExclusiveLock::new(&s, format!("{dir}/lock")).unwrap();
+                    let g = l.lock().await.unwrap();
+                    if explicit {
+                        assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                    } else {
+                        drop(g);
+                    }
+                    tokio::time::timeout(Duration::from_secs(8), l.lock())
+                        .await
+                        .map(|r| r.map(drop))
+                }
+                "fair" => {
+                    let l = FairLock::new(&s, &dir).unwrap();
+                    let g = l.lock().await.unwrap();
+                    if explicit {
+                        assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                    } else {
+                        drop(g);
+                    }
+                    tokio::time::timeout(Duration::from_secs(8), l.lock())
+                        .await
+                        .map(|r| r.map(drop))
+                }
+                "semaphore(1)" => {
+                    let l = Semaphore::new(&s, &dir, 1).unwrap();
+                    let g = l.acquire().await.unwrap();
+                    if explicit {
+                        assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                    } else {
+                        drop(g);
+                    }
+                    tokio::time::timeout(Duration::from_secs(8), l.acquire())
+                        .await
+                        .map(|r| r.map(drop))
+                }
+                _ => {
+                    let l = RwLock::new(&s, &dir).unwrap();
+                    let g = l.write().await.unwrap();
+                    if explicit {
+                        assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                    } else {
+                        drop(g);
+                    }
+                    tokio::time::timeout(Duration::from_secs(8), l.write())
+                        .await
+                        .map(|r| r.map(drop))
+                }
+            };
+            assert!(
+                matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+                "{kind}, {}: the acquire behind our own undeletable node answered {:?}",
+                if explicit { "released" } else { "dropped" },
+                again.map_err(|_| "nothing within 8 s")
+            );
+        }
+    }
+    s.close().await;
 }
 
 /// Given locks of every recipe made `with_data` of 2 MiB (over ZooKeeper's 1 MiB

@@ -292,6 +292,12 @@ async fn attempt(
             Wait::Try => return Err(waiter.withdraw(Error::WouldBlock).await),
             Wait::Until(deadline) => deadline,
         };
+        if waiter.blocked_for_good() {
+            let refused = Error::NoAuth {
+                path: spec.dir.clone(),
+            };
+            return Err(waiter.withdraw(refused).await);
+        }
         let watches = match waiter.arm().await? {
             Armed::Watching(watches) => watches,
             Armed::Again => continue,
@@ -335,6 +341,8 @@ struct Waiter<'a> {
     /// Whether we armed a watch before being granted (a semaphore lease granted after waiting
     /// tells the waiter behind it, see `grant_if_first`).
     waited: bool,
+    /// Wakes the wait when a node of ours is found undeletable ([`Epoch::note_stuck`]).
+    stuck: tokio::sync::watch::Receiver<u64>,
 }
 
 enum Entered<'a> {
@@ -357,6 +365,8 @@ enum Woke {
     Own(zk::WatchedEvent),
     EpochLost,
     Deadline,
+    /// A node of ours was found undeletable: look whether it blocks us for good.
+    Stuck,
 }
 
 impl<'a> Waiter<'a> {
@@ -513,6 +523,10 @@ impl<'a> Waiter<'a> {
                                 reason: "its chroot does not exist",
                             })
                         }
+                        Err(zk::Error::NoChildrenForEphemerals) => {
+                            pending.disarm();
+                            return Err(epoch.below_an_ephemeral(&spec.dir).await);
+                        }
                         Err(err) => return Err(Error::zk("create parent", &spec.dir, err)),
                     }
                 }
@@ -538,7 +552,18 @@ impl<'a> Waiter<'a> {
                         None => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
                     }
                 }
-                // The server refused the merged drop's part: as above.
+                // The server refused the merged drop's part for lack of permission (the
+                // directory's ACL denies us DELETE): nothing was applied, and the old node
+                // stays, ours, until the session ends. Queued behind it, we would wait for
+                // ever (review 20): answer `NoAuth` for the directory instead.
+                Err(zk::Error::NoAuth) if merged && refused.get().is_some() => {
+                    pending.disarm();
+                    epoch.note_stuck(refused.get().expect("checked"), None);
+                    return Err(Error::NoAuth {
+                        path: spec.dir.clone(),
+                    });
+                }
+                // The server refused the merged drop's part otherwise: as above.
                 Err(_) if merged && refused.get().is_some() => continue,
                 Err(err) => {
                     pending.disarm();
@@ -559,6 +584,7 @@ impl<'a> Waiter<'a> {
                 None,
             )));
         }
+        let stuck = epoch.stuck_changes();
         let mut waiter = Waiter {
             session,
             spec,
@@ -574,6 +600,7 @@ impl<'a> Waiter<'a> {
             missing_in_a_row: 0,
             blips: 0,
             waited: false,
+            stuck,
         };
         let bytes = listing_bytes(&children);
         if bytes > LISTING_LIMIT {
@@ -898,11 +925,14 @@ impl<'a> Waiter<'a> {
             }
         };
         let epoch = self.epoch.clone();
+        let stuck = &mut self.stuck;
         tokio::select! {
             ((target, event), _, _) = watched => Woke::Watched(target, event),
             event = own => Woke::Own(event),
             _ = epoch.lost_token().cancelled() => Woke::EpochLost,
             _ = sleep => Woke::Deadline,
+            // The epoch (held here) keeps the sender: no error.
+            Ok(()) = stuck.changed() => Woke::Stuck,
         }
     }
 
@@ -966,8 +996,29 @@ impl<'a> Waiter<'a> {
             }
             Woke::EpochLost => return Ok(Some(self.requeue())),
             Woke::Deadline => return Err(self.withdraw(Error::Timeout).await),
+            // Decided before the next arming (`blocked_for_good`).
+            Woke::Stuck => {}
         }
         Ok(None)
+    }
+
+    /// Whether nodes of ours that cannot be deleted ([`Epoch::note_stuck`]) block us for
+    /// good: one below us for an exclusive rule (or a reader's blocking writer), `permits` of
+    /// them for a semaphore. Nothing to look at (and nothing allocated) while none was noted.
+    fn blocked_for_good(&mut self) -> bool {
+        if *self.stuck.borrow_and_update() == 0 {
+            return false;
+        }
+        let spec = self.spec;
+        let stuck = self
+            .lower
+            .iter()
+            .filter(|n| self.epoch.is_stuck(&join(&spec.dir, &n.name), 0))
+            .count();
+        match spec.rule {
+            Rule::Permits(permits) => stuck >= permits,
+            Rule::Exclusive | Rule::Read => stuck > 0,
+        }
     }
 
     /// Whether `stat`, read at our node's path, is our node: the czxid we know; or, for a
@@ -1054,6 +1105,9 @@ impl<'a> Waiter<'a> {
             // comes. Say so rather than `err`, which promises that nothing is left.
             Ok(Err(refused)) if !is_unknown(&refused) => {
                 self.pending.disarm();
+                if refused == zk::Error::NoAuth {
+                    self.epoch.note_stuck(&self.my_path, None);
+                }
                 tracing::warn!(node = self.my_path, %refused, "cannot withdraw our contender node; it stays until the session ends");
                 return Error::zk("delete", &self.spec.dir, refused);
             }

@@ -889,12 +889,27 @@ async fn retrying(
         unheard |= matches!(&result, Err(e) if is_unknown(e));
         result = release_node(epoch, path, mark, again_check, gate, serialize).await;
     }
-    match result {
+    match (result, verify) {
         // Our first attempt was applied after all.
-        Err(zk::Error::NoNode) if unheard => Ok(()),
-        // At a shared path, a node we may not write is someone else's: ours is gone.
-        Err(zk::Error::NoAuth) if verify.is_some() => Err(zk::Error::NoNode),
-        other => other,
+        (Err(zk::Error::NoNode), _) if unheard => Ok(()),
+        // At a shared path, a node we may not write is someone else's: ours is gone. Unless
+        // the node is still ours: then the directory's ACL refused the delete (no DELETE for
+        // us), and the node stays, ours, until the session ends (review 20: this was
+        // reported as "deleted by someone else", with the advice to acquire again).
+        (Err(zk::Error::NoAuth), Some(czxid)) => match epoch.check_stat(path).await {
+            Ok(Some(stat)) if stat.czxid == czxid => {
+                epoch.note_stuck(path, Some(czxid));
+                Err(zk::Error::NoAuth)
+            }
+            Ok(_) => Err(zk::Error::NoNode),
+            Err(err) => Err(err),
+        },
+        // A queue node's path is ours alone: refused, it stays.
+        (Err(zk::Error::NoAuth), None) => {
+            epoch.note_stuck(path, None);
+            Err(zk::Error::NoAuth)
+        }
+        (other, _) => other,
     }
 }
 

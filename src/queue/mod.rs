@@ -94,8 +94,8 @@ use std::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::Result;
-use crate::path::{validate_path, Layout, NodeKind, NodeName};
-use crate::session::Epoch;
+use crate::path::{Layout, NodeKind, NodeName};
+use crate::session::{Epoch, Session};
 
 pub(crate) use acquire::{acquire, bounded, relock, WITHDRAW_MARGIN};
 pub(crate) use cleanup::{decide_fixed, find_by_protection, Abandoned, Fixed};
@@ -269,12 +269,13 @@ pub(crate) struct Granted {
 }
 
 pub(crate) fn default_spec(
+    session: &Session,
     path: &str,
     kind: NodeKind,
     members: &'static [NodeKind],
     rule: Rule,
 ) -> Result<QueueSpec> {
-    validate_path(path)?;
+    session.validate_recipe_path(path)?;
     Ok(QueueSpec {
         dir: path.to_string(),
         layout: Layout::Curator,
