@@ -239,3 +239,169 @@ async fn an_ephemeral_chroot_is_named_as_a_node_that_does_not_exist() {
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
 }
+
+/// Probes that held (each asserts what b2621dc promises): in a directory without DELETE, a
+/// semaphore of 2 with one stuck lease of ours still grants once the other holder goes; a
+/// reader behind our stuck reader is granted, a writer answers NoAuth; a stuck node an
+/// administrator deletes no longer blocks; a waiter already waiting when our guard's release
+/// is refused answers NoAuth; a multi-lock and an election behind our stuck nodes answer
+/// NoAuth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_stuck_registry_probes() {
+    use zk_recipes::{Election, MultiLock, RwLock};
+    let admin = admin().await;
+    let root = unique_root("r21-held");
+    a_directory_denying_delete(&admin, &root).await;
+    let s = session().await;
+    let mut wrong = Vec::new();
+    // Semaphore of 2.
+    {
+        let dir = format!("{root}/sem");
+        a_directory_denying_delete(&admin, &dir).await;
+        let sem = Semaphore::new(&s, &dir, 2).unwrap();
+        let g = within("lease", sem.acquire()).await.unwrap();
+        let r = within("release", g.release()).await;
+        println!("semaphore(2) release: {r:?}");
+        let other = session().await;
+        let og = within("other's lease", Semaphore::new(&other, &dir, 2).unwrap().acquire())
+            .await
+            .unwrap();
+        let waiting = tokio::spawn({
+            let sem = sem.clone();
+            async move { sem.acquire().await.map(|g| std::mem::forget(g)) }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        println!("semaphore(2) waiter finished early: {}", waiting.is_finished());
+        drop(og);
+        other.close().await;
+        let got = tokio::time::timeout(Duration::from_secs(8), waiting).await;
+        println!("semaphore(2) waiter after the other holder left: {got:?}");
+        if !matches!(got, Ok(Ok(Ok(())))) {
+            wrong.push(format!("semaphore(2): {got:?}"));
+        }
+    }
+    // Read/write lock.
+    {
+        let dir = format!("{root}/rw");
+        a_directory_denying_delete(&admin, &dir).await;
+        let rw = RwLock::new(&s, &dir).unwrap();
+        let r1 = within("read", rw.read()).await.unwrap();
+        println!("read release: {:?}", within("release", r1.release()).await);
+        let r2 = tokio::time::timeout(Duration::from_secs(8), rw.read()).await;
+        println!("read behind our stuck reader: {:?}", r2.as_ref().map(|r| r.as_ref().map(drop)));
+        if !matches!(r2, Ok(Ok(_))) {
+            wrong.push("reader behind a stuck reader".into());
+        }
+        if let Ok(Ok(g)) = r2 {
+            std::mem::forget(g);
+        }
+        let w = tokio::time::timeout(Duration::from_secs(8), rw.write())
+            .await
+            .map(|r| r.map(drop));
+        println!("writer behind our stuck readers: {w:?}");
+        if !matches!(&w, Ok(Err(Error::NoAuth { path })) if *path == dir) {
+            wrong.push(format!("writer behind stuck readers: {w:?}"));
+        }
+    }
+    // A stuck node an administrator deletes.
+    {
+        let dir = format!("{root}/admin-deletes");
+        a_directory_denying_delete(&admin, &dir).await;
+        let lock = FairLock::new(&s, &dir).unwrap();
+        let g = within("lock", lock.lock()).await.unwrap();
+        let node = g.path().to_string();
+        println!("release: {:?}", within("release", g.release()).await);
+        admin.delete(&node, None).await.unwrap();
+        let again = tokio::time::timeout(Duration::from_secs(8), lock.lock()).await;
+        println!("after the admin deleted it: {:?}", again.as_ref().map(|r| r.as_ref().map(drop)));
+        if !matches!(again, Ok(Ok(_))) {
+            wrong.push("lock after the admin deleted the stuck node".into());
+        }
+        if let Ok(Ok(g)) = again {
+            std::mem::forget(g);
+        }
+    }
+    // A waiter already waiting when our guard's release is refused.
+    {
+        let dir = format!("{root}/waiting");
+        a_directory_denying_delete(&admin, &dir).await;
+        let lock = FairLock::new(&s, &dir).unwrap();
+        let g = within("lock", lock.lock()).await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.lock().await.map(drop) }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        println!("release: {:?}", within("release", g.release()).await);
+        let got = tokio::time::timeout(Duration::from_secs(8), waiter).await;
+        println!("waiter: {got:?}");
+        if !matches!(&got, Ok(Ok(Err(Error::NoAuth { path }))) if *path == dir) {
+            wrong.push(format!("waiting waiter: {got:?}"));
+        }
+    }
+    // Multi-lock.
+    {
+        let (d1, d2) = (format!("{root}/m1"), format!("{root}/m2"));
+        a_directory_denying_delete(&admin, &d1).await;
+        a_directory_denying_delete(&admin, &d2).await;
+        let m = MultiLock::new(&s, [&d1, &d2]).unwrap();
+        let g = within("multi", m.lock()).await.unwrap();
+        println!("multi release: {:?}", within("release", g.release()).await);
+        let again = tokio::time::timeout(Duration::from_secs(8), m.lock())
+            .await
+            .map(|r| r.map(drop));
+        println!("multi again: {again:?}");
+        if !matches!(again, Ok(Err(Error::NoAuth { .. }))) {
+            wrong.push(format!("multi again: {again:?}"));
+        }
+    }
+    // Election.
+    {
+        let dir = format!("{root}/el");
+        a_directory_denying_delete(&admin, &dir).await;
+        let el = Election::new(&s, &dir, "me").unwrap();
+        let l = within("campaign", el.campaign()).await.unwrap();
+        println!("resign: {:?}", within("resign", l.resign()).await);
+        let again = tokio::time::timeout(Duration::from_secs(8), el.campaign())
+            .await
+            .map(|r| r.map(drop));
+        println!("campaign again: {again:?}");
+        if !matches!(again, Ok(Err(Error::NoAuth { .. }))) {
+            wrong.push(format!("campaign again: {again:?}"));
+        }
+    }
+    s.close().await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Probe (asserts): an acquire waiting when `close()` starts, and one made while close()
+/// waits, answer `Closed` (the relabelling of b2621dc), never a retryable error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_waiters_cut_off_by_close_answer_closed() {
+    let root = unique_root("r21-close");
+    let other = session().await;
+    let held = within("lock", FairLock::new(&other, &root).unwrap().lock())
+        .await
+        .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &root).unwrap();
+    let waiters: Vec<_> = (0..5)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.lock().await.map(drop) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    s.close().await;
+    let mut answers = Vec::new();
+    for w in waiters {
+        answers.push(within("waiter", w).await.unwrap());
+    }
+    println!("waiters cut off by close: {answers:?}");
+    drop(held);
+    other.close().await;
+    assert!(
+        answers.iter().all(|a| matches!(a, Err(Error::Closed))),
+        "{answers:?}"
+    );
+}
