@@ -121,9 +121,9 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
-    /// ZooKeeper's reserved `/zookeeper` tree), [`Error::InvalidArgument`] for an id over 1 MB;
-    /// nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or one in ZooKeeper's reserved `/zookeeper`
+    /// tree, on the server: under the session's chroot), [`Error::InvalidArgument`] for an id over
+    /// 1 MB; nothing is sent.
     ///
     /// # Examples
     ///

@@ -67,8 +67,8 @@ impl FairLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
-    /// ZooKeeper's reserved `/zookeeper` tree); nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or one in ZooKeeper's reserved `/zookeeper`
+    /// tree, on the server: under the session's chroot); nothing is sent.
     pub fn new(session: &Session, path: impl AsRef<str>) -> Result<FairLock> {
         let spec = default_spec(
             session,

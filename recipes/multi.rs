@@ -65,10 +65,10 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
-    /// ZooKeeper's reserved `/zookeeper` tree), [`Error::InvalidArgument`] for no path, or for two
-    /// paths of which one lies inside the other (its lock directory would hold the other's);
-    /// nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or one in ZooKeeper's reserved `/zookeeper`
+    /// tree, on the server: under the session's chroot), [`Error::InvalidArgument`] for no path, or
+    /// for two paths of which one lies inside the other (its lock directory would hold the
+    /// other's); nothing is sent.
     pub fn new(
         session: &Session,
         paths: impl IntoIterator<Item = impl AsRef<str>>,

@@ -66,9 +66,9 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPath`] for a malformed path (or, on a session without a chroot, one in
-    /// ZooKeeper's reserved `/zookeeper` tree), [`Error::InvalidArgument`] for `permits == 0`;
-    /// nothing is sent.
+    /// [`Error::InvalidPath`] for a malformed path (or one in ZooKeeper's reserved `/zookeeper`
+    /// tree, on the server: under the session's chroot), [`Error::InvalidArgument`] for `permits ==
+    /// 0`; nothing is sent.
     pub fn new(session: &Session, path: impl AsRef<str>, permits: usize) -> Result<Semaphore> {
         if permits == 0 {
             return Err(Error::InvalidArgument(

@@ -45,8 +45,8 @@ pub(crate) fn validate_data(what: &str, data: &[u8]) -> Result<()> {
 ///
 /// Rejects: empty, relative, `/` itself, a trailing `/`, empty segments (`//`), `.` and `..`
 /// segments, and characters ZooKeeper refuses (NUL, control characters, U+FFF0..). The
-/// recipes' constructors also refuse ZooKeeper's reserved `/zookeeper` tree on a session
-/// without a chroot (this check does not know the session).
+/// recipes' constructors also refuse ZooKeeper's reserved `/zookeeper` tree, judged on the
+/// server's path under the session's chroot (this check does not know the session).
 ///
 /// # Examples
 ///
@@ -96,13 +96,15 @@ pub fn validate_path(path: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks a recipe's path: [`validate_path`], and, on a session without a chroot, not in
-/// ZooKeeper's own tree (`/zookeeper`: its quotas and configuration), where a semaphore would
-/// write its permit count into ZooKeeper's own node. Under a chroot, `/zookeeper` is an
-/// ordinary path.
-pub(crate) fn validate_recipe_path(path: &str, chrooted: bool) -> Result<()> {
+/// Checks a recipe's path: [`validate_path`], and not in ZooKeeper's own tree (`/zookeeper`:
+/// its quotas and configuration), where a semaphore would write its permit count into
+/// ZooKeeper's own node. Judged on the server's path, `chroot` (if any) joined with `path`:
+/// under a chroot `/app`, `/zookeeper` is an ordinary path; under a chroot `/zookeeper`,
+/// `/quota` is not (review 21).
+pub(crate) fn validate_recipe_path(path: &str, chroot: Option<&str>) -> Result<()> {
     validate_path(path)?;
-    if !chrooted && (path == "/zookeeper" || path.starts_with("/zookeeper/")) {
+    let on_server = format!("{}{path}", chroot.unwrap_or(""));
+    if on_server == "/zookeeper" || on_server.starts_with("/zookeeper/") {
         return Err(Error::InvalidPath {
             path: path.to_string(),
             reason: "it is in ZooKeeper's reserved /zookeeper tree (quotas, configuration)",

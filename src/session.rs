@@ -744,8 +744,8 @@ impl Epoch {
     pub(crate) fn note_stuck(&self, path: &str, czxid: Option<i64>) {
         tracing::warn!(
             node = path,
-            "the server refused to delete our node (no DELETE permission on its directory); \
-             it stays until the session ends, and acquires queued behind it answer NoAuth"
+            "the server refused to delete our node for lack of permission; it stays until the \
+             session ends, and acquires of this session queued behind it answer NoAuth"
         );
         self.stuck.lock().unwrap().insert(path.to_string(), czxid);
         self.stuck_changed.send_modify(|n| *n += 1);
@@ -1155,22 +1155,37 @@ impl Epoch {
 
     /// The error for a recipe path that [`create_parents`](Self::create_parents) could not
     /// make because an ancestor is an ephemeral node (which cannot have children): names that
-    /// ancestor, read here (or the path's parent, if the tree changed meanwhile).
+    /// ancestor, read here. `/` is read too: under a chroot it is the chroot's node, which
+    /// may be the ephemeral one (review 21). If none is found (the tree changed meanwhile),
+    /// says so without naming one.
     pub(crate) async fn below_an_ephemeral(&self, path: &str) -> Error {
         let mut dir = crate::path::parent(path);
-        let mut ephemeral = dir;
-        while dir != "/" {
+        let mut ephemeral = None;
+        loop {
             if let Ok(Some(stat)) = self.check_stat(dir).await {
                 if stat.ephemeral_owner != 0 {
-                    ephemeral = dir;
+                    ephemeral = Some(dir);
                 }
+            }
+            if dir == "/" {
+                break;
             }
             dir = crate::path::parent(dir);
         }
-        Error::InvalidArgument(format!(
-            "{ephemeral} is an ephemeral node and cannot have children, so {path} cannot be \
-             made below it: pick another path"
-        ))
+        Error::InvalidArgument(match ephemeral {
+            Some("/") => format!(
+                "the session's chroot is an ephemeral node and cannot have children, so {path} \
+                 cannot be made below it: pick another chroot"
+            ),
+            Some(node) => format!(
+                "{node} is an ephemeral node and cannot have children, so {path} cannot be \
+                 made below it: pick another path"
+            ),
+            None => format!(
+                "an ancestor of {path} was an ephemeral node (which cannot have children) when \
+                 its parents were made: pick another path"
+            ),
+        })
     }
 }
 
@@ -1652,9 +1667,9 @@ impl Session {
     }
 
     /// Checks a recipe's path for this session ([`crate::path::validate_recipe_path`]: the
-    /// reserved `/zookeeper` tree is refused unless the session has a chroot).
+    /// reserved `/zookeeper` tree is refused, judged on the server's path under the chroot).
     pub(crate) fn validate_recipe_path(&self, path: &str) -> Result<()> {
-        crate::path::validate_recipe_path(path, self.shared.config.chroot.is_some())
+        crate::path::validate_recipe_path(path, self.shared.config.chroot.as_deref())
     }
 
     /// The `zookeeper-client` session of the current epoch (for the test harness's `expire`).

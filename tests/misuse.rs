@@ -1587,3 +1587,334 @@ async fn oversized_node_data_is_refused_before_anything_is_sent() {
     other.release().await.unwrap();
     s.close().await;
 }
+
+// ------------------------------------------------------------------------- review 21
+
+/// A client authenticated as ZooKeeper's super user (the harness's servers accept it).
+async fn admin() -> zk::Client {
+    zk::Client::connector()
+        .with_auth("digest", zk_recipes::testing::SUPER_AUTH.as_bytes())
+        .connect(&shared_server().connect_string())
+        .await
+        .expect("connect as the administrator")
+}
+
+/// Given a directory without DELETE, when an acquire is cancelled (its future dropped, the
+/// documented way to give up), its node stays (the background cleanup's delete is refused);
+/// then, once the holder is gone, the next `lock()` of the same session answers `NoAuth` on the
+/// directory instead of queueing behind that undeletable node of its own. Review 21 saw it wait
+/// until the session ended: the cleanup's refusal was only logged, not noted as stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_in_a_directory_denying_delete_makes_the_next_lock_no_auth() {
+    let admin = admin().await;
+    let dir = unique_root("r21-cancelled");
+    a_directory_denying_delete(&admin, &dir).await;
+    let holder = session().await;
+    let held = within(
+        "holder's lock",
+        FairLock::new(&holder, &dir).unwrap().lock(),
+    )
+    .await
+    .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    // Give up by dropping the future (cancel safety: "dropping the future deletes the node").
+    let gave_up = tokio::time::timeout(Duration::from_millis(700), lock.lock()).await;
+    assert!(
+        gave_up.is_err(),
+        "the lock was busy: {:?}",
+        gave_up.map(|r| r.map(drop))
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left = children(&admin, &dir).await;
+    println!("after the cancelled acquire: {left:?}");
+    // The holder goes (its session's end removes its node whatever the ACL).
+    drop(held);
+    holder.close().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let left = children(&admin, &dir).await;
+    println!("after the holder's session ended: {left:?}");
+    let again = tokio::time::timeout(Duration::from_secs(8), lock.lock())
+        .await
+        .map(|r| r.map(drop));
+    println!("the next lock() answered: {again:?}");
+    let left = children(&admin, &dir).await;
+    assert!(
+        matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+        "the lock() behind our own undeletable abandoned node answered {:?} (nodes: {left:?})",
+        again.map_err(|_| "nothing within 8 s")
+    );
+    s.close().await;
+}
+
+/// Given an administrator who makes our fair-lock node read-only (its ACL; the directory allows
+/// everything), when the guard is released, then the release still deletes the node (the mark's
+/// `set_data` is refused, a plain delete needs only the directory's DELETE) and the lock can be
+/// taken again. Review 21 saw the release answer `NoAuth`, the node noted as undeletable and
+/// left, and the next `lock()` answer `NoAuth` on a directory that allows everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_made_read_only_is_still_released_and_the_lock_taken_again() {
+    let admin = admin().await;
+    let dir = unique_root("r21-readonly-node");
+    admin
+        .create(
+            &dir,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let node = g.path().to_string();
+    admin
+        .set_acl(
+            &node,
+            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let released = within("release", g.release()).await;
+    println!("release answered {released:?}");
+    let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .map(|r| r.map(drop));
+    println!("next lock() answered {again:?}");
+    let left = admin.check_stat(&node).await.unwrap();
+    s.close().await;
+    assert!(
+        released.is_ok() && matches!(again, Ok(Ok(()))) && left.is_none(),
+        "a node the session could delete: release {released:?}, next lock {again:?}, the node \
+         left: {}",
+        left.is_some()
+    );
+}
+
+/// Given a session whose chroot is `/zookeeper`, when a semaphore is made on `/quota`, then it
+/// is refused (`InvalidPath`) and ZooKeeper's own `/zookeeper/quota` is not written. Review 21
+/// saw the permit count written there: the refusal keyed on "the session has a chroot", not on
+/// where the path lands on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chroot_of_zookeeper_does_not_reach_the_reserved_tree() {
+    let admin = admin().await;
+    let (before, _) = admin.get_data("/zookeeper/quota").await.unwrap();
+    let s = within(
+        "a session chrooted at /zookeeper",
+        Session::builder(shared_server().connect_string())
+            .with_chroot("/zookeeper")
+            .connect(),
+    )
+    .await
+    .unwrap();
+    let made = Semaphore::new(&s, "/quota", 2);
+    let outcome = match made {
+        Err(e) => format!("new: {e:?}"),
+        Ok(sem) => match within("acquire", sem.acquire()).await {
+            Ok(g) => {
+                let _ = g.release().await;
+                "acquired".to_string()
+            }
+            Err(e) => format!("acquire: {e:?}"),
+        },
+    };
+    let (after, _) = admin.get_data("/zookeeper/quota").await.unwrap();
+    println!(
+        "semaphore on /quota under chroot /zookeeper: {outcome}; /zookeeper/quota data {:?} -> {:?}",
+        String::from_utf8_lossy(&before),
+        String::from_utf8_lossy(&after)
+    );
+    // Put ZooKeeper's node back as it was.
+    admin
+        .set_data("/zookeeper/quota", &before, None)
+        .await
+        .unwrap();
+    s.close().await;
+    assert_eq!(after, before, "a recipe wrote into /zookeeper/quota");
+}
+
+/// Given a session whose chroot is an ephemeral node, when a lock is taken at `/a/lock`, then
+/// the `InvalidArgument` names the chroot, not `/a` (which does not exist). Review 21 saw "/a is
+/// an ephemeral node": the walk for the ephemeral ancestor stopped short of `/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_chroot_is_named_as_the_chroot() {
+    let owner = raw().await;
+    let eph = unique_root("r21-eph-chroot");
+    owner
+        .create(
+            &eph,
+            b"",
+            &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let s = within(
+        "a session chrooted at an ephemeral node",
+        Session::builder(shared_server().connect_string())
+            .with_chroot(&eph)
+            .connect(),
+    )
+    .await
+    .unwrap();
+    let r = within("lock", FairLock::new(&s, "/a/lock").unwrap().lock())
+        .await
+        .map(drop);
+    println!("fair lock at /a/lock under ephemeral chroot {eph}: {r:?}");
+    let exists_a = owner.check_stat(&format!("{eph}/a")).await.unwrap();
+    s.close().await;
+    match r {
+        Err(Error::InvalidArgument(m)) => assert!(
+            m.starts_with("the session's chroot is an ephemeral node"),
+            "the message should name the chroot (/a exists: {}): {m}",
+            exists_a.is_some()
+        ),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// Review 21's probes that held on b2621dc (each asserts): in a directory without DELETE, a
+/// semaphore of 2 with one stuck lease of ours still grants once the other holder goes; a
+/// reader behind our stuck reader is granted, a writer answers NoAuth; a stuck node an
+/// administrator deletes no longer blocks; a waiter already waiting when our guard's release
+/// is refused answers NoAuth; a multi-lock and an election behind our stuck nodes answer
+/// NoAuth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undeletable_nodes_of_ours_fail_only_the_acquires_they_block_for_good() {
+    use zk_recipes::{Election, MultiLock, RwLock};
+    let admin = admin().await;
+    let root = unique_root("r21-held");
+    a_directory_denying_delete(&admin, &root).await;
+    let s = session().await;
+    let mut wrong = Vec::new();
+    // Semaphore of 2.
+    {
+        let dir = format!("{root}/sem");
+        a_directory_denying_delete(&admin, &dir).await;
+        let sem = Semaphore::new(&s, &dir, 2).unwrap();
+        let g = within("lease", sem.acquire()).await.unwrap();
+        let r = within("release", g.release()).await;
+        println!("semaphore(2) release: {r:?}");
+        let other = session().await;
+        let og = within(
+            "other's lease",
+            Semaphore::new(&other, &dir, 2).unwrap().acquire(),
+        )
+        .await
+        .unwrap();
+        let waiting = tokio::spawn({
+            let sem = sem.clone();
+            async move { sem.acquire().await.map(std::mem::forget) }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        println!(
+            "semaphore(2) waiter finished early: {}",
+            waiting.is_finished()
+        );
+        drop(og);
+        other.close().await;
+        let got = tokio::time::timeout(Duration::from_secs(8), waiting).await;
+        println!("semaphore(2) waiter after the other holder left: {got:?}");
+        if !matches!(got, Ok(Ok(Ok(())))) {
+            wrong.push(format!("semaphore(2): {got:?}"));
+        }
+    }
+    // Read/write lock.
+    {
+        let dir = format!("{root}/rw");
+        a_directory_denying_delete(&admin, &dir).await;
+        let rw = RwLock::new(&s, &dir).unwrap();
+        let r1 = within("read", rw.read()).await.unwrap();
+        println!("read release: {:?}", within("release", r1.release()).await);
+        let r2 = tokio::time::timeout(Duration::from_secs(8), rw.read()).await;
+        println!(
+            "read behind our stuck reader: {:?}",
+            r2.as_ref().map(|r| r.as_ref().map(drop))
+        );
+        if !matches!(r2, Ok(Ok(_))) {
+            wrong.push("reader behind a stuck reader".into());
+        }
+        if let Ok(Ok(g)) = r2 {
+            std::mem::forget(g);
+        }
+        let w = tokio::time::timeout(Duration::from_secs(8), rw.write())
+            .await
+            .map(|r| r.map(drop));
+        println!("writer behind our stuck readers: {w:?}");
+        if !matches!(&w, Ok(Err(Error::NoAuth { path })) if *path == dir) {
+            wrong.push(format!("writer behind stuck readers: {w:?}"));
+        }
+    }
+    // A stuck node an administrator deletes.
+    {
+        let dir = format!("{root}/admin-deletes");
+        a_directory_denying_delete(&admin, &dir).await;
+        let lock = FairLock::new(&s, &dir).unwrap();
+        let g = within("lock", lock.lock()).await.unwrap();
+        let node = g.path().to_string();
+        println!("release: {:?}", within("release", g.release()).await);
+        admin.delete(&node, None).await.unwrap();
+        let again = tokio::time::timeout(Duration::from_secs(8), lock.lock()).await;
+        println!(
+            "after the admin deleted it: {:?}",
+            again.as_ref().map(|r| r.as_ref().map(drop))
+        );
+        if !matches!(again, Ok(Ok(_))) {
+            wrong.push("lock after the admin deleted the stuck node".into());
+        }
+        if let Ok(Ok(g)) = again {
+            std::mem::forget(g);
+        }
+    }
+    // A waiter already waiting when our guard's release is refused.
+    {
+        let dir = format!("{root}/waiting");
+        a_directory_denying_delete(&admin, &dir).await;
+        let lock = FairLock::new(&s, &dir).unwrap();
+        let g = within("lock", lock.lock()).await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.lock().await.map(drop) }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        println!("release: {:?}", within("release", g.release()).await);
+        let got = tokio::time::timeout(Duration::from_secs(8), waiter).await;
+        println!("waiter: {got:?}");
+        if !matches!(&got, Ok(Ok(Err(Error::NoAuth { path }))) if *path == dir) {
+            wrong.push(format!("waiting waiter: {got:?}"));
+        }
+    }
+    // Multi-lock.
+    {
+        let (d1, d2) = (format!("{root}/m1"), format!("{root}/m2"));
+        a_directory_denying_delete(&admin, &d1).await;
+        a_directory_denying_delete(&admin, &d2).await;
+        let m = MultiLock::new(&s, [&d1, &d2]).unwrap();
+        let g = within("multi", m.lock()).await.unwrap();
+        println!("multi release: {:?}", within("release", g.release()).await);
+        let again = tokio::time::timeout(Duration::from_secs(8), m.lock())
+            .await
+            .map(|r| r.map(drop));
+        println!("multi again: {again:?}");
+        if !matches!(again, Ok(Err(Error::NoAuth { .. }))) {
+            wrong.push(format!("multi again: {again:?}"));
+        }
+    }
+    // Election.
+    {
+        let dir = format!("{root}/el");
+        a_directory_denying_delete(&admin, &dir).await;
+        let el = Election::new(&s, &dir, "me").unwrap();
+        let l = within("campaign", el.campaign()).await.unwrap();
+        println!("resign: {:?}", within("resign", l.resign()).await);
+        let again = tokio::time::timeout(Duration::from_secs(8), el.campaign())
+            .await
+            .map(|r| r.map(drop));
+        println!("campaign again: {again:?}");
+        if !matches!(again, Ok(Err(Error::NoAuth { .. }))) {
+            wrong.push(format!("campaign again: {again:?}"));
+        }
+    }
+    s.close().await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

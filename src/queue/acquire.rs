@@ -552,16 +552,26 @@ impl<'a> Waiter<'a> {
                         None => return Ok(Entered::Done(requeue_or_retry(&epoch, &mut pending))),
                     }
                 }
-                // The server refused the merged drop's part for lack of permission (the
-                // directory's ACL denies us DELETE): nothing was applied, and the old node
-                // stays, ours, until the session ends. Queued behind it, we would wait for
-                // ever (review 20): answer `NoAuth` for the directory instead.
+                // The server refused the merged drop's part for lack of permission: nothing
+                // was applied. If the old node's mark was what it refused (an administrator
+                // took WRITE on the node from us), a plain delete still takes it away, and we
+                // create ours plainly (review 21). If the delete is refused too (the
+                // directory's ACL denies us DELETE), the old node stays, ours, until the
+                // session ends: queued behind it we would wait for ever (review 20), so we
+                // answer `NoAuth` on the directory and create nothing.
                 Err(zk::Error::NoAuth) if merged && refused.get().is_some() => {
-                    pending.disarm();
-                    epoch.note_stuck(refused.get().expect("checked"), None);
-                    return Err(Error::NoAuth {
-                        path: spec.dir.clone(),
-                    });
+                    let old = refused.get().expect("checked");
+                    match epoch.delete(old, None).await {
+                        Err(zk::Error::NoAuth) => {
+                            pending.disarm();
+                            epoch.note_stuck(old, None);
+                            return Err(Error::NoAuth {
+                                path: spec.dir.clone(),
+                            });
+                        }
+                        // Gone (or unknown: the drop's own retried release goes on).
+                        _ => continue,
+                    }
                 }
                 // The server refused the merged drop's part otherwise: as above.
                 Err(_) if merged && refused.get().is_some() => continue,

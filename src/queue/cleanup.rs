@@ -216,6 +216,13 @@ async fn delete_ours(epoch: &Epoch, dir: &str, protection: &str, path: Option<&s
 async fn delete_once(epoch: &Epoch, path: &str) -> Result<()> {
     match tokio::time::timeout(Duration::from_secs(30), epoch.delete(path, None)).await {
         Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => Ok(()),
+        // Refused for good: the directory's ACL lets us create but not delete. The node
+        // stays until the session ends, and an acquire queued behind it is told (review 21:
+        // the next `lock()` waited behind it for ever).
+        Ok(Err(zk::Error::NoAuth)) => {
+            epoch.note_stuck(path, None);
+            Err(Error::zk("delete", path, zk::Error::NoAuth))
+        }
         Ok(Err(err)) => Err(Error::zk("delete", path, err)),
         Err(_) => Err(Error::Timeout),
     }

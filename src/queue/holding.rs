@@ -865,6 +865,7 @@ async fn retrying(
     serialize: Option<&Session>,
 ) -> std::result::Result<(), zk::Error> {
     let again_check = verify.map_or(Check::None, Check::Czxid);
+    let mut mark = mark;
     let mut result = release_node(epoch, path, mark, first, gate, serialize).await;
     let mut backoff = Duration::from_millis(20);
     // Whether an attempt may have been applied without our hearing of it.
@@ -872,15 +873,27 @@ async fn retrying(
     // At a shared path the delete is conditional on a version: a data change (only a super
     // user could make one: the node is ours alone) is met by reading the node again.
     let mut changed = 0;
-    let again = |result: &std::result::Result<(), zk::Error>, changed: &mut u32| match result {
-        Err(e) if is_unknown(e) => true,
-        Err(zk::Error::BadVersion) if verify.is_some() && *changed < 10 => {
-            *changed += 1;
-            true
-        }
-        _ => false,
-    };
-    while again(&result, &mut changed) && !epoch.is_over() {
+    let again =
+        |result: &std::result::Result<(), zk::Error>, changed: &mut u32, mark: &mut bool| {
+            match result {
+                Err(e) if is_unknown(e) => true,
+                Err(zk::Error::BadVersion) if verify.is_some() && *changed < 10 => {
+                    *changed += 1;
+                    true
+                }
+                // A queue node whose mark was refused: an administrator took WRITE on the node
+                // from us, and the delete needs only DELETE on the directory. The mark only
+                // spares the waiter behind a listing: delete plainly (review 21: the node was
+                // left, and noted as undeletable). Not at a shared path, where the mark's WRITE
+                // is what keeps a stale release off another session's node (see `Check`).
+                Err(zk::Error::NoAuth) if *mark && verify.is_none() => {
+                    *mark = false;
+                    true
+                }
+                _ => false,
+            }
+        };
+    while again(&result, &mut changed, &mut mark) && !epoch.is_over() {
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = epoch.lost_token().cancelled() => break,
@@ -904,7 +917,7 @@ async fn retrying(
             Ok(_) => Err(zk::Error::NoNode),
             Err(err) => Err(err),
         },
-        // A queue node's path is ours alone: refused, it stays.
+        // A queue node's path is ours alone: its plain delete refused, it stays.
         (Err(zk::Error::NoAuth), None) => {
             epoch.note_stuck(path, None);
             Err(zk::Error::NoAuth)
