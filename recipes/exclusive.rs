@@ -377,7 +377,7 @@ impl ExclusiveLock {
 /// Whether `stat`, read at `path`, is a node of ours whose delete the server refused (see
 /// [`Epoch::note_stuck`]): it stays until the session ends, and waiting for it never ends.
 fn stuck(epoch: &Epoch, path: &str, stat: &zk::Stat) -> bool {
-    stat.ephemeral_owner == epoch.session_id && epoch.is_stuck(path, stat.czxid)
+    stat.ephemeral_owner == epoch.session_id && epoch.is_stuck(path, Some(stat.czxid))
 }
 
 /// The answer of an acquire that finds our own undeletable node at the path: the directory's

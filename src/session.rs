@@ -751,13 +751,14 @@ impl Epoch {
         self.stuck_changed.send_modify(|n| *n += 1);
     }
 
-    /// Whether [`note_stuck`](Self::note_stuck) noted `path` (the node made at `czxid`, if
-    /// it noted one).
-    pub(crate) fn is_stuck(&self, path: &str, czxid: i64) -> bool {
-        match self.stuck.lock().unwrap().get(path) {
-            Some(Some(noted)) => *noted == czxid,
-            Some(None) => true,
-            None => false,
+    /// Whether [`note_stuck`](Self::note_stuck) noted `path`: the node made at `czxid`, when
+    /// both are known (a shared path's node is told apart by it); any node there, for a queue
+    /// node's path, which is ours alone (a listing gives names, not czxids).
+    pub(crate) fn is_stuck(&self, path: &str, czxid: Option<i64>) -> bool {
+        match (self.stuck.lock().unwrap().get(path), czxid) {
+            (Some(Some(noted)), Some(czxid)) => *noted == czxid,
+            (Some(_), _) => true,
+            (None, _) => false,
         }
     }
 

@@ -1434,14 +1434,15 @@ enum DroppedNode {
 }
 
 /// A `lock()` that took a dropped guard's release into its transaction does not answer for
-/// that guard: when the old node's part fails (the node gone, or its mark refused because an
-/// administrator made the node read-only), it creates its own node plainly, and the old node,
-/// if still there, is deleted plainly first (its delete needs only the directory's DELETE).
-/// It failed without the fallback (`LockLost`, or `NoAuth` on the old node); review 20's fix
-/// answered `NoAuth` on the directory and left the old node, which anyone could delete
-/// (review 21). The session's replies are held meanwhile, so the holder hears of nothing
-/// before it drops, and while they are held the server must see no new node: the proof that
-/// the release went out with the create, not alone.
+/// that guard: when the old node is gone, it creates its own node plainly (it failed without
+/// that fallback, `LockLost`). When the old node's part is refused (`NoAuth`: an
+/// administrator made the node read-only) and the node there is still ours, it stays, ours,
+/// until the session ends (never deleted plainly, see `tests/refused_deletes.rs`), and a node
+/// queued behind it would wait for ever: the `lock()` answers `NoAuth` on the directory and
+/// creates nothing (review 20; it answered `WouldBlock` before). The session's replies are
+/// held meanwhile, so the holder hears of nothing before it drops, and while they are held the
+/// server must see no new node: the proof that the release went out with the create, not
+/// alone.
 async fn a_merged_lock_whose_dropped_node_fails(case: DroppedNode) {
     use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
     let root = unique_root("merge-fallback");
@@ -1511,11 +1512,21 @@ async fn a_merged_lock_whose_dropped_node_fails(case: DroppedNode) {
         .expect("the lock() did not end")
         .unwrap();
     listing.await.unwrap().expect("the listing");
-    let g = result.unwrap_or_else(|e| {
-        panic!("{case:?}: the lock() must create its node plainly and be granted: {e:?}")
-    });
-    assert_only_node(&root, g.path(), "the new node only").await;
-    g.release().await.unwrap();
+    match case {
+        DroppedNode::Deleted => {
+            let g = result.expect("the lock() must create its node plainly and be granted");
+            assert_only_node(&root, g.path(), "the new node only").await;
+            g.release().await.unwrap();
+        }
+        DroppedNode::Refused => {
+            match result {
+                Err(Error::NoAuth { path }) if path == root => {}
+                other => panic!("expected NoAuth on the directory: {other:?}"),
+            }
+            assert_only_node(&root, &old, "only the refused old node may be left").await;
+            admin.delete(&old, None).await.expect("admin delete");
+        }
+    }
     a.close().await;
 }
 
@@ -1525,7 +1536,7 @@ async fn a_merged_lock_whose_dropped_node_was_deleted_creates_its_node_plainly()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_merged_lock_whose_dropped_node_refuses_its_mark_creates_its_node_plainly() {
+async fn a_merged_lock_whose_dropped_node_refuses_its_mark_answers_no_auth() {
     a_merged_lock_whose_dropped_node_fails(DroppedNode::Refused).await;
 }
 

@@ -1648,14 +1648,16 @@ async fn a_cancelled_acquire_in_a_directory_denying_delete_makes_the_next_lock_n
 }
 
 /// Given an administrator who makes our fair-lock node read-only (its ACL; the directory allows
-/// everything), when the guard is released, then the release still deletes the node (the mark's
-/// `set_data` is refused, a plain delete needs only the directory's DELETE) and the lock can be
-/// taken again. Review 21 saw the release answer `NoAuth`, the node noted as undeletable and
-/// left, and the next `lock()` answer `NoAuth` on a directory that allows everything.
+/// everything), when the guard is released, then the release answers `NoAuth` and the node
+/// stays, ours, until the session ends (its mark is refused, and it is never deleted plainly:
+/// a plain delete cannot tell our node from one made at its path by someone else, see
+/// `tests/refused_deletes.rs`), and the next `lock()` answers `NoAuth` instead of waiting
+/// behind it. Review 21 asked for a plain delete here; review 22 showed that such a fallback
+/// deletes another client's node, and it was taken out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_made_read_only_is_still_released_and_the_lock_taken_again() {
+async fn a_node_made_read_only_is_reported_and_left_never_deleted_plainly() {
     let admin = admin().await;
-    let dir = unique_root("r21-readonly-node");
+    let dir = unique_root("readonly-node");
     admin
         .create(
             &dir,
@@ -1677,18 +1679,24 @@ async fn a_node_made_read_only_is_still_released_and_the_lock_taken_again() {
         .await
         .unwrap();
     let released = within("release", g.release()).await;
-    println!("release answered {released:?}");
     let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
         .await
         .map(|r| r.map(drop));
-    println!("next lock() answered {again:?}");
     let left = admin.check_stat(&node).await.unwrap();
+    let ours = s.session_id();
     s.close().await;
     assert!(
-        released.is_ok() && matches!(again, Ok(Ok(()))) && left.is_none(),
-        "a node the session could delete: release {released:?}, next lock {again:?}, the node \
-         left: {}",
-        left.is_some()
+        matches!(&released, Err(Error::NoAuth { path }) if *path == node),
+        "release answered {released:?}"
+    );
+    assert_eq!(
+        left.map(|st| st.ephemeral_owner),
+        ours,
+        "the node stays, ours"
+    );
+    assert!(
+        matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+        "the next lock() answered {again:?}"
     );
 }
 

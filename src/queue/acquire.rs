@@ -292,7 +292,7 @@ async fn attempt(
             Wait::Try => return Err(waiter.withdraw(Error::WouldBlock).await),
             Wait::Until(deadline) => deadline,
         };
-        if waiter.blocked_for_good() {
+        if waiter.blocked_for_good().await {
             let refused = Error::NoAuth {
                 path: spec.dir.clone(),
             };
@@ -391,6 +391,8 @@ impl<'a> Waiter<'a> {
         let mut made_parents = 0;
         // Whether this pass relocks a dropped guard that a plain lock() took back.
         let mut merged;
+        // The czxid of the node a relock (merged or not) releases.
+        let mut merged_czxid = None;
         let (me, czxid, children, dir_data) = loop {
             // A relock releases the held node in the same transaction (first pass only).
             let relocking = handover.is_some();
@@ -413,6 +415,7 @@ impl<'a> Waiter<'a> {
             let create = match handover.take() {
                 Some(mut held) => {
                     let old_path = held.path().to_string();
+                    merged_czxid = Some(held.fencing_token());
                     let created = held.start_relock(
                         epoch.clone(),
                         prefix_path.clone(),
@@ -553,23 +556,23 @@ impl<'a> Waiter<'a> {
                     }
                 }
                 // The server refused the merged drop's part for lack of permission: nothing
-                // was applied. If the old node's mark was what it refused (an administrator
-                // took WRITE on the node from us), a plain delete still takes it away, and we
-                // create ours plainly (review 21). If the delete is refused too (the
-                // directory's ACL denies us DELETE), the old node stays, ours, until the
-                // session ends: queued behind it we would wait for ever (review 20), so we
-                // answer `NoAuth` on the directory and create nothing.
+                // was applied. If the node there is still the old one (its czxid), it stays,
+                // ours, until the session ends (the directory's ACL denies us DELETE, or an
+                // administrator took WRITE on the node from us: it is never deleted plainly,
+                // see `holding::retrying`), and queued behind it we would wait for ever
+                // (review 20): answer `NoAuth` on the directory and create nothing. If it is
+                // someone else's node, made at that path after ours went (review 22), the
+                // dropped guard was lost: create ours plainly, as when the node is gone.
                 Err(zk::Error::NoAuth) if merged && refused.get().is_some() => {
                     let old = refused.get().expect("checked");
-                    match epoch.delete(old, None).await {
-                        Err(zk::Error::NoAuth) => {
+                    match epoch.check_stat(old).await {
+                        Ok(Some(stat)) if Some(stat.czxid) == merged_czxid => {
                             pending.disarm();
-                            epoch.note_stuck(old, None);
+                            epoch.note_stuck(old, Some(stat.czxid));
                             return Err(Error::NoAuth {
                                 path: spec.dir.clone(),
                             });
                         }
-                        // Gone (or unknown: the drop's own retried release goes on).
                         _ => continue,
                     }
                 }
@@ -1014,21 +1017,42 @@ impl<'a> Waiter<'a> {
 
     /// Whether nodes of ours that cannot be deleted ([`Epoch::note_stuck`]) block us for
     /// good: one below us for an exclusive rule (or a reader's blocking writer), `permits` of
-    /// them for a semaphore. Nothing to look at (and nothing allocated) while none was noted.
-    fn blocked_for_good(&mut self) -> bool {
+    /// them for a semaphore. Nothing to look at (and nothing sent) while none was noted. The
+    /// window (`lower`) holds only the nearest members: when some were cut, the directory is
+    /// listed again to count them all (review 22: our stuck node behind two waiters of other
+    /// sessions, themselves stuck behind it, was out of the window, and we waited for ever).
+    async fn blocked_for_good(&mut self) -> bool {
         if *self.stuck.borrow_and_update() == 0 {
             return false;
         }
         let spec = self.spec;
-        let stuck = self
-            .lower
-            .iter()
-            .filter(|n| self.epoch.is_stuck(&join(&spec.dir, &n.name), 0))
-            .count();
-        match spec.rule {
-            Rule::Permits(permits) => stuck >= permits,
-            Rule::Exclusive | Rule::Read => stuck > 0,
+        let needed = match spec.rule {
+            Rule::Permits(permits) => permits,
+            Rule::Exclusive | Rule::Read => 1,
+        };
+        let epoch = &self.epoch;
+        let stuck = |names: &[NodeName]| {
+            names
+                .iter()
+                .filter(|n| spec.rule.blocks(n))
+                .filter(|n| epoch.is_stuck(&join(&spec.dir, &n.name), None))
+                .count()
+        };
+        if stuck(&self.lower) >= needed {
+            return true;
         }
+        if !self.cut {
+            return false;
+        }
+        let Ok((children, _)) = epoch.get_children(&spec.dir).await else {
+            return false;
+        };
+        let below: Vec<NodeName> = children
+            .iter()
+            .filter_map(|c| NodeName::parse(c))
+            .filter(|n| spec.is_member(n) && n.sequence < self.me.sequence)
+            .collect();
+        stuck(&below) >= needed
     }
 
     /// Whether `stat`, read at our node's path, is our node: the czxid we know; or, for a

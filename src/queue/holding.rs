@@ -602,9 +602,11 @@ impl Holding {
             self.lost.clone(),
             self.stop_monitor.clone(),
         );
-        let (mark, verify) = (self.mark_release, self.verify_czxid.then_some(self.czxid));
+        let (mark, czxid) = (self.mark_release, self.czxid);
+        let verify = self.verify_czxid.then_some(czxid);
         let task = async move {
-            let result = release_retrying(&session, &epoch, &path, mark, verify, &gate).await;
+            let result =
+                release_retrying(&session, &epoch, &path, czxid, mark, verify, &gate).await;
             lost.cancel();
             if let Some(czxid) = unclaim {
                 session.unclaim(czxid);
@@ -664,12 +666,13 @@ impl Holding {
         self.released = true;
         let monitor = self.monitor.take();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let (session, path, gate, lost, mark) = (
+        let (session, path, gate, lost, mark, czxid) = (
             self.session.clone(),
             self.path.clone(),
             self.gate.clone(),
             self.lost.clone(),
             self.mark_release,
+            self.czxid,
         );
         let task = async move {
             // Sent in the first poll, which `spawn_tracked_sent` makes before we return.
@@ -688,7 +691,8 @@ impl Holding {
             // The waiter settles the new node; a dropped waiter's node is its `Abandoned`'s.
             let _ = tx.send(result);
             if failed {
-                let released = release_retrying(&session, &epoch, &path, mark, None, &gate).await;
+                let released =
+                    release_retrying(&session, &epoch, &path, czxid, mark, None, &gate).await;
                 log_unheard_release(&path, &released);
             }
             use_up_own_watch(own).await;
@@ -827,16 +831,20 @@ fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bo
 /// as long as the epoch lives: a release lost in a blip would otherwise leave the node, and
 /// the lock, held until the session ends. A retry after a release that was applied after all
 /// finds the node gone (`NoNode`, or another czxid at a shared path).
+///
+/// `czxid` is our node's: a refusal (`NoAuth`) is reported as such only while the node there
+/// is still the one made at `czxid` (see `retrying`).
 async fn release_retrying(
     session: &Session,
     epoch: &Epoch,
     path: &str,
+    czxid: i64,
     mark: bool,
     verify: Option<i64>,
     gate: &Mutex<bool>,
 ) -> std::result::Result<(), zk::Error> {
     let first = verify.map_or(Check::None, Check::Czxid);
-    retrying(epoch, path, mark, verify, first, gate, Some(session)).await
+    retrying(epoch, path, czxid, mark, verify, first, gate, Some(session)).await
 }
 
 /// Deletes the node at the shared `path` only while it is the one created at `czxid` (read
@@ -850,14 +858,16 @@ pub(super) async fn delete_if_czxid(
 ) -> std::result::Result<(), zk::Error> {
     let gate = Mutex::new(false);
     let first = Check::Czxid(czxid);
-    retrying(epoch, path, true, Some(czxid), first, &gate, None).await
+    retrying(epoch, path, czxid, true, Some(czxid), first, &gate, None).await
 }
 
 /// `serialize`: the session whose path serializer each attempt at a shared path takes, or
 /// `None` when the caller already holds it.
+#[allow(clippy::too_many_arguments)]
 async fn retrying(
     epoch: &Epoch,
     path: &str,
+    czxid: i64,
     mark: bool,
     verify: Option<i64>,
     first: Check,
@@ -865,7 +875,6 @@ async fn retrying(
     serialize: Option<&Session>,
 ) -> std::result::Result<(), zk::Error> {
     let again_check = verify.map_or(Check::None, Check::Czxid);
-    let mut mark = mark;
     let mut result = release_node(epoch, path, mark, first, gate, serialize).await;
     let mut backoff = Duration::from_millis(20);
     // Whether an attempt may have been applied without our hearing of it.
@@ -873,27 +882,15 @@ async fn retrying(
     // At a shared path the delete is conditional on a version: a data change (only a super
     // user could make one: the node is ours alone) is met by reading the node again.
     let mut changed = 0;
-    let again =
-        |result: &std::result::Result<(), zk::Error>, changed: &mut u32, mark: &mut bool| {
-            match result {
-                Err(e) if is_unknown(e) => true,
-                Err(zk::Error::BadVersion) if verify.is_some() && *changed < 10 => {
-                    *changed += 1;
-                    true
-                }
-                // A queue node whose mark was refused: an administrator took WRITE on the node
-                // from us, and the delete needs only DELETE on the directory. The mark only
-                // spares the waiter behind a listing: delete plainly (review 21: the node was
-                // left, and noted as undeletable). Not at a shared path, where the mark's WRITE
-                // is what keeps a stale release off another session's node (see `Check`).
-                Err(zk::Error::NoAuth) if *mark && verify.is_none() => {
-                    *mark = false;
-                    true
-                }
-                _ => false,
-            }
-        };
-    while again(&result, &mut changed, &mut mark) && !epoch.is_over() {
+    let again = |result: &std::result::Result<(), zk::Error>, changed: &mut u32| match result {
+        Err(e) if is_unknown(e) => true,
+        Err(zk::Error::BadVersion) if verify.is_some() && *changed < 10 => {
+            *changed += 1;
+            true
+        }
+        _ => false,
+    };
+    while again(&result, &mut changed) && !epoch.is_over() {
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = epoch.lost_token().cancelled() => break,
@@ -902,14 +899,19 @@ async fn retrying(
         unheard |= matches!(&result, Err(e) if is_unknown(e));
         result = release_node(epoch, path, mark, again_check, gate, serialize).await;
     }
-    match (result, verify) {
+    match result {
         // Our first attempt was applied after all.
-        (Err(zk::Error::NoNode), _) if unheard => Ok(()),
-        // At a shared path, a node we may not write is someone else's: ours is gone. Unless
-        // the node is still ours: then the directory's ACL refused the delete (no DELETE for
-        // us), and the node stays, ours, until the session ends (review 20: this was
-        // reported as "deleted by someone else", with the advice to acquire again).
-        (Err(zk::Error::NoAuth), Some(czxid)) => match epoch.check_stat(path).await {
+        Err(zk::Error::NoNode) if unheard => Ok(()),
+        // Refused: a node we may not write (the mark) is someone else's, made at our path
+        // after ours went: ours is gone. Unless the node is still ours (our czxid): then the
+        // directory's ACL refused the delete, or an administrator took WRITE on the node
+        // from us, and the node stays, ours, until the session ends. Reported as such
+        // (review 20: it was "deleted by someone else", with the advice to acquire again),
+        // and noted, so that acquires of ours do not wait behind it for ever. Never deleted
+        // plainly instead: a plain delete cannot tell our node from one made at its path by
+        // someone else, and the mark's WRITE can (review 22: a plain-delete fallback deleted
+        // another client's node and answered `Ok`).
+        Err(zk::Error::NoAuth) => match epoch.check_stat(path).await {
             Ok(Some(stat)) if stat.czxid == czxid => {
                 epoch.note_stuck(path, Some(czxid));
                 Err(zk::Error::NoAuth)
@@ -917,12 +919,7 @@ async fn retrying(
             Ok(_) => Err(zk::Error::NoNode),
             Err(err) => Err(err),
         },
-        // A queue node's path is ours alone: its plain delete refused, it stays.
-        (Err(zk::Error::NoAuth), None) => {
-            epoch.note_stuck(path, None);
-            Err(zk::Error::NoAuth)
-        }
-        (other, _) => other,
+        other => other,
     }
 }
 

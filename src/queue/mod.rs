@@ -145,7 +145,7 @@ impl Rule {
         }
     }
 
-    fn blocks(self, n: &NodeName) -> bool {
+    pub(crate) fn blocks(self, n: &NodeName) -> bool {
         match self {
             Rule::Read => holds_alone(n.kind),
             _ => true,

@@ -1,6 +1,8 @@
-//! Review 22: probes of 3b9c475 (plain-delete fallback after a refused mark, the merged
-//! path's plain delete, the stuck registry noted by the cleanup, chroot-joined reserved-tree
-//! check).
+//! Refused releases: our node the server will not let us delete or mark (a directory without
+//! DELETE, a node an administrator made read-only), and another client's node made at our
+//! node's path after ours went. The library must never delete a node that is not ours, must
+//! say `NoAuth` (not `Ok`, not a hang) while our node stays, and must not wait behind a node
+//! of ours that stays for ever. From review 22 (2026-11-27, fifth session).
 mod support;
 
 use std::time::Duration;
@@ -65,14 +67,16 @@ async fn a_directory_denying_delete(admin: &zk::Client, path: &str) {
         .unwrap();
 }
 
-/// 1. An explicit `relock()` of a guard whose node an administrator made read-only (the
-/// directory allows everything). The merged `lock()` (review 21) deletes the old node plainly
-/// and queues; the release deletes it plainly. `relock()` should do as well (or at least not
-/// answer a permission error while the old node is in fact deleted).
+/// Given an administrator who makes our fair-lock node read-only (the directory allows
+/// everything), when the guard is relocked, then the relock answers `NoAuth` and the old node
+/// stays, ours: its mark is refused, and it is never deleted plainly, since a plain delete
+/// cannot tell our node from one made at its path by someone else (see the tests below).
+/// Review 22 saw the relock answer `NoAuth` while the background fallback of 3b9c475 deleted
+/// the node anyway; that fallback is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r22_relock_of_a_node_made_read_only_is_not_no_auth() {
+async fn a_relock_of_a_node_made_read_only_answers_no_auth_and_leaves_it() {
     let admin = admin().await;
-    let dir = unique_root("r22-relock-ro");
+    let dir = unique_root("refused-relock-ro");
     admin
         .create(
             &dir,
@@ -93,38 +97,38 @@ async fn r22_relock_of_a_node_made_read_only_is_not_no_auth() {
         )
         .await
         .unwrap();
-    let relocked = within("relock", lock.relock(g)).await;
-    let described = match &relocked {
-        Ok(g) => format!("Ok({})", g.path()),
-        Err(e) => format!("Err({e:?})"),
-    };
-    println!("relock answered {described}");
+    let relocked = within("relock", lock.relock(g)).await.map(drop);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let old_left = admin.check_stat(&old).await.unwrap().is_some();
-    let left = children(&admin, &dir).await;
-    println!("old node left: {old_left}; children: {left:?}");
-    if let Ok(g) = relocked {
-        g.release().await.unwrap();
-        s.close().await;
-        return;
-    }
+    let left = admin.check_stat(&old).await.unwrap();
+    let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .map(|r| r.map(drop));
+    let ours = s.session_id();
     s.close().await;
-    panic!(
-        "relock answered {described} on a directory that allows everything, and the old node \
-         was {} (children after: {left:?})",
-        if old_left { "left" } else { "deleted anyway, in the background" }
+    assert!(
+        matches!(&relocked, Err(Error::NoAuth { path }) if *path == old),
+        "relock answered {relocked:?}"
+    );
+    assert_eq!(
+        left.map(|st| st.ephemeral_owner),
+        ours,
+        "the read-only node must stay, ours"
+    );
+    assert!(
+        matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+        "the next lock() behind it answered {again:?}"
     );
 }
 
-/// 2. A guard that lost its node (an administrator deleted it) and whose path another client
+/// Given a guard that lost its node (an administrator deleted it) and whose path another client
 /// then made a node of its own at (an ACL that gives us no WRITE): `release()` must answer
 /// `LockLost` and must not delete that node. Before 3b9c475 the mark's refusal kept the node
 /// (NoAuth); the plain-delete fallback deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r22_release_of_a_lost_guard_leaves_a_node_made_at_its_path_by_another() {
+async fn the_release_of_a_lost_guard_leaves_a_node_made_at_its_path_by_another() {
     let admin = admin().await;
     let other = other_client().await;
-    let dir = unique_root("r22-lost-recreated");
+    let dir = unique_root("refused-lost-recreated");
     let s = session().await;
     let lock = FairLock::new(&s, &dir).unwrap();
     let g = within("lock", lock.lock()).await.unwrap();
@@ -155,20 +159,24 @@ async fn r22_release_of_a_lost_guard_leaves_a_node_made_at_its_path_by_another()
         now.is_some_and(|st| st.czxid == theirs.czxid)
             && matches!(released, Err(Error::LockLost(_))),
         "the release of a lost guard answered {released:?} and their node is {}",
-        if now.is_some() { "still there" } else { "DELETED" }
+        if now.is_some() {
+            "still there"
+        } else {
+            "DELETED"
+        }
     );
 }
 
-/// 3. The merged path: the holder's replies are held while an administrator deletes its node
+/// The merged path: the holder's replies are held while an administrator deletes its node
 /// and another client makes its own node at that path; the holder drops its guard (not told
 /// of the loss) and `lock()` merges the release. The mark is refused (not our node): the
 /// merged path's plain delete must not take the other client's node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r22_merged_lock_leaves_a_node_made_at_the_dropped_path_by_another() {
+async fn a_merged_lock_leaves_a_node_made_at_the_dropped_path_by_another() {
     use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
     let admin = admin().await;
     let other = other_client().await;
-    let dir = unique_root("r22-merge-recreated");
+    let dir = unique_root("refused-merge-recreated");
     let (a, proxy) = session_via_proxy(Duration::from_secs(6), LossPolicy::OnExpiry).await;
     let lock = FairLock::new(&a, &dir).unwrap();
     let g = lock.lock().await.unwrap();
@@ -219,17 +227,17 @@ async fn r22_merged_lock_leaves_a_node_made_at_the_dropped_path_by_another() {
     );
 }
 
-/// 4. A hang left in the stuck registry: our own undeletable node is at the head of the queue,
+/// A hang left in the stuck registry (review 22; fixed): our own undeletable node is at the head of the queue,
 /// and two waiters of other sessions (blocked behind it for as long as our session lives) are
 /// between it and our next `lock()`. With one such waiter our `lock()` answers `NoAuth`
 /// (the stuck node is in its window); with two, the stuck node is cut from its window of two,
 /// and the `lock()` waits until the session ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r22_our_stuck_node_behind_two_foreign_waiters_still_answers_no_auth() {
+async fn our_stuck_node_behind_two_foreign_waiters_still_answers_no_auth() {
     let admin = admin().await;
     let mut outcomes = Vec::new();
     for waiters in [1usize, 2] {
-        let dir = unique_root(&format!("r22-stuck-window-{waiters}"));
+        let dir = unique_root(&format!("refused-stuck-window-{waiters}"));
         a_directory_denying_delete(&admin, &dir).await;
         let s = session().await;
         let lock = FairLock::new(&s, &dir).unwrap();
@@ -261,8 +269,11 @@ async fn r22_our_stuck_node_behind_two_foreign_waiters_still_answers_no_auth() {
             "{waiters} foreign waiter(s): our lock() answered {:?}",
             again.as_ref().map_err(|_| "nothing within 6 s")
         );
-        outcomes.push((waiters, format!("{:?}", again.as_ref().map_err(|_| "nothing within 6 s")),
-            matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir)));
+        outcomes.push((
+            waiters,
+            format!("{:?}", again.as_ref().map_err(|_| "nothing within 6 s")),
+            matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+        ));
         for t in tasks {
             t.abort();
         }
@@ -277,15 +288,15 @@ async fn r22_our_stuck_node_behind_two_foreign_waiters_still_answers_no_auth() {
     );
 }
 
-/// 2b. As 2, but the holder is not yet told of the loss (its replies are held while an
+/// As the lost guard's test, but the holder is not yet told of the loss (its replies are held while an
 /// administrator deletes its node and another client makes its own at that path): the
 /// explicit `release()` (mark refused: not our node) falls back to a plain delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r22_release_not_yet_told_leaves_a_node_made_at_its_path_by_another() {
+async fn a_release_not_yet_told_leaves_a_node_made_at_its_path_by_another() {
     use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
     let admin = admin().await;
     let other = other_client().await;
-    let dir = unique_root("r22-release-recreated");
+    let dir = unique_root("refused-release-recreated");
     let (a, proxy) = session_via_proxy(Duration::from_secs(6), LossPolicy::OnExpiry).await;
     let lock = FairLock::new(&a, &dir).unwrap();
     let g = lock.lock().await.unwrap();
@@ -323,6 +334,10 @@ async fn r22_release_not_yet_told_leaves_a_node_made_at_its_path_by_another() {
     assert!(
         now.is_some_and(|st| st.czxid == theirs.czxid) && released.is_err(),
         "the release answered {released:?} and their node is {}",
-        if now.is_some() { "still there" } else { "DELETED" }
+        if now.is_some() {
+            "still there"
+        } else {
+            "DELETED"
+        }
     );
 }
