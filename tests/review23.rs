@@ -1,0 +1,197 @@
+//! Review 23 (of c6feae0): probes of the refused-release read, the merged path's czxid check,
+//! the stuck registry's listing, and its callers. Each test states what it expects; those
+//! that fail on c6feae0 are the findings.
+mod support;
+
+use std::time::Duration;
+
+use support::zk::{session, session_via_proxy};
+use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
+use zk_recipes::{zk, Error, FairLock, LossPolicy, RwLock};
+
+async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(15), fut)
+        .await
+        .unwrap_or_else(|_| panic!("expected {what} within 15 s"))
+}
+
+async fn admin() -> zk::Client {
+    zk::Client::connector()
+        .with_auth("digest", zk_recipes::testing::SUPER_AUTH.as_bytes())
+        .connect(&shared_server().connect_string())
+        .await
+        .expect("connect as the administrator")
+}
+
+async fn other_client() -> zk::Client {
+    zk::Client::connector()
+        .with_auth("digest", b"review23-other:secret")
+        .connect(&shared_server().connect_string())
+        .await
+        .expect("connect as another identity")
+}
+
+fn others_acl() -> Vec<zk::Acl> {
+    vec![
+        zk::Acl::new(zk::Permission::ALL, zk::AuthId::authed()),
+        zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
+    ]
+}
+
+async fn children(client: &zk::Client, path: &str) -> Vec<String> {
+    match client.list_children(path).await {
+        Ok(c) => c,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("list {path}: {e}"),
+    }
+}
+
+/// A directory whose ACL lets anyone create, read and write but not delete.
+async fn a_directory_denying_delete(admin: &zk::Client, path: &str) {
+    use zk::Permission as P;
+    let acl = [zk::Acl::new(
+        P::CREATE | P::READ | P::WRITE,
+        zk::AuthId::anyone(),
+    )];
+    admin
+        .create(
+            path,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl)),
+        )
+        .await
+        .unwrap();
+}
+
+/// Attack 1: a release refused by the directory (no DELETE) whose follow-up read of the node
+/// is lost to a connection blip. The node stays, ours, until the session ends; the next
+/// `lock()` of this session queues behind it and must answer `NoAuth` (as it does when the
+/// read gets through), not wait until the session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_release_whose_read_is_cut_still_makes_the_next_lock_no_auth() {
+    let admin = admin().await;
+    let dir = unique_root("r23-refused-read-cut");
+    a_directory_denying_delete(&admin, &dir).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let node = g.path().to_string();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Request 1: the release's multi (refused, NoAuth). Request 2: its read of the node.
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeRequest(2),
+        FaultAction::Cut {
+            refuse_for: Duration::ZERO,
+        },
+    ));
+    let released = within("release", g.release()).await;
+    println!("release answered {released:?}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let left = admin.check_stat(&node).await.unwrap();
+    let again = tokio::time::timeout(Duration::from_secs(6), lock.lock())
+        .await
+        .map(|r| r.map(drop));
+    println!(
+        "node after the release: owner {:?} (ours {:?}); next lock() answered {:?}",
+        left.map(|st| format!("{:#x}", st.ephemeral_owner)),
+        s.session_id().map(|id| format!("{id:#x}")),
+        again.as_ref().map_err(|_| "nothing within 6 s")
+    );
+    s.close().await;
+    assert!(
+        matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+        "release answered {released:?}; our undeletable node stays; the next lock() behind it answered {:?}",
+        again.as_ref().map_err(|_| "nothing within 6 s (it waits until the session ends)")
+    );
+}
+
+/// Attack 3: a stale registry entry. Our node in a no-DELETE directory is noted stuck; an
+/// administrator deletes it, and another client makes a node of its own with the same name
+/// (anyone may create any name; review 22's threat model). Our next `lock()` queues behind
+/// that foreign node, which its owner removes a second later: the lock must be granted,
+/// not answer `NoAuth` (the foreign node is not ours and does not stay for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_node_at_the_name_of_our_deleted_stuck_node_is_not_taken_for_ours() {
+    let admin = admin().await;
+    let other = other_client().await;
+    let dir = unique_root("r23-stale-stuck");
+    a_directory_denying_delete(&admin, &dir).await;
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let node = g.path().to_string();
+    let released = within("release", g.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: the release answered {released:?}"
+    );
+    admin.delete(&node, None).await.unwrap();
+    other
+        .create(
+            &node,
+            b"someone else's",
+            &zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&others_acl())),
+        )
+        .await
+        .unwrap();
+    let remover = tokio::spawn({
+        let node = node.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            admin.delete(&node, None).await.unwrap();
+            admin
+        }
+    });
+    let again = tokio::time::timeout(Duration::from_secs(8), lock.lock())
+        .await
+        .map(|r| r.map(|g| g.path().to_string()));
+    let admin = remover.await.unwrap();
+    println!(
+        "next lock() behind the foreign node answered {:?}",
+        again.as_ref().map_err(|_| "nothing within 8 s")
+    );
+    let _ = children(&admin, &dir).await;
+    s.close().await;
+    assert!(
+        matches!(&again, Ok(Ok(_))),
+        "the lock() behind another client's node (gone a second later) answered {:?}",
+        again.as_ref().map_err(|_| "nothing within 8 s")
+    );
+}
+
+/// Attack 2: the merged path for a reader. In a directory denying DELETE, a read guard
+/// dropped and followed at once by `read()` merges the release into the read's create. The
+/// old reader node stays (undeletable), but a stuck reader never blocks a reader: `read()`
+/// must be granted, as it is when the guard is released first (the control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_merged_with_a_dropped_read_guard_in_a_no_delete_directory_is_granted() {
+    let admin = admin().await;
+    let mut outcomes = Vec::new();
+    for merged in [false, true] {
+        let dir = unique_root(&format!("r23-merged-read-{merged}"));
+        a_directory_denying_delete(&admin, &dir).await;
+        let s = session().await;
+        let lock = RwLock::new(&s, &dir).unwrap();
+        let g = within("read", lock.read()).await.unwrap();
+        let again = if merged {
+            drop(g);
+            tokio::time::timeout(Duration::from_secs(6), lock.read())
+                .await
+                .map(|r| r.map(drop))
+        } else {
+            let released = within("release", g.release()).await;
+            println!("control: release answered {released:?}");
+            tokio::time::timeout(Duration::from_secs(6), lock.read())
+                .await
+                .map(|r| r.map(drop))
+        };
+        let desc = format!("{:?}", again.as_ref().map_err(|_| "nothing within 6 s"));
+        println!("merged={merged}: read() answered {desc}");
+        outcomes.push((merged, desc, matches!(again, Ok(Ok(())))));
+        s.close().await;
+    }
+    assert!(
+        outcomes.iter().all(|(_, _, ok)| *ok),
+        "read() behind our own undeletable reader (merged = the guard dropped just before): {outcomes:?}"
+    );
+}
