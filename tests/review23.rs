@@ -195,3 +195,105 @@ async fn a_read_merged_with_a_dropped_read_guard_in_a_no_delete_directory_is_gra
         "read() behind our own undeletable reader (merged = the guard dropped just before): {outcomes:?}"
     );
 }
+
+/// Attack 3 (consistency): `try_lock()` behind our own undeletable node. The simple lock's
+/// `try_lock` answers `NoAuth` there (review 20); a fair lock's answers `WouldBlock`, which
+/// `is_retryable()` calls retryable, though no retry can ever succeed while the session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_behind_our_stuck_node_answers_no_auth_not_would_block() {
+    let admin = admin().await;
+    let dir = unique_root("r23-try-stuck");
+    a_directory_denying_delete(&admin, &dir).await;
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let released = within("release", g.release()).await;
+    assert!(matches!(released, Err(Error::NoAuth { .. })), "setup: {released:?}");
+    let tried = within("try_lock", lock.try_lock()).await.map(drop);
+    println!(
+        "try_lock behind our stuck node answered {tried:?} (retryable: {:?})",
+        tried.as_ref().err().map(Error::is_retryable)
+    );
+    s.close().await;
+    assert!(
+        matches!(&tried, Err(Error::NoAuth { path }) if *path == dir),
+        "try_lock behind our own undeletable node answered {tried:?}"
+    );
+}
+
+/// Held-check for the semaphore count: a semaphore of two, one lease of ours stuck (no
+/// DELETE), one lease of another session that leaves a second later: the third acquire must
+/// be granted (one stuck lease of two permits does not block for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_of_two_with_one_stuck_lease_and_a_leaving_holder_grants() {
+    let admin = admin().await;
+    let dir = unique_root("r23-sem-stuck");
+    a_directory_denying_delete(&admin, &dir).await;
+    let s = session().await;
+    let sem = zk_recipes::Semaphore::new(&s, &dir, 2).unwrap();
+    let g = within("acquire", sem.acquire()).await.unwrap();
+    let released = within("release", g.release()).await;
+    assert!(matches!(released, Err(Error::NoAuth { .. })), "setup: {released:?}");
+    let o = session().await;
+    let osem = zk_recipes::Semaphore::new(&o, &dir, 2).unwrap();
+    let og = within("other acquire", osem.acquire()).await.unwrap();
+    let leaving = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(og);
+        // Its delete is refused too (no DELETE for anyone): the other session ends instead.
+        o.close().await;
+    });
+    let third = tokio::time::timeout(Duration::from_secs(8), sem.acquire())
+        .await
+        .map(|r| r.map(drop));
+    leaving.await.unwrap();
+    println!(
+        "third acquire answered {:?}",
+        third.as_ref().map_err(|_| "nothing within 8 s")
+    );
+    s.close().await;
+    assert!(matches!(third, Ok(Ok(()))), "third acquire: {third:?}");
+}
+
+/// Attack 3/4: a refusal that is not permanent. The release in a directory denying DELETE
+/// answers `NoAuth`, whose message says "... or change the ACL". The administrator does
+/// change it (DELETE for anyone). The next `lock()` must not answer `NoAuth` any more: our
+/// node can be deleted now, and nothing else is in the queue. On c6feae0 the node stays
+/// noted as stuck and is never deleted, so every acquire of this session answers `NoAuth`
+/// until the session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_acl_is_fixed_as_the_error_advises_the_next_lock_is_granted() {
+    let admin = admin().await;
+    let dir = unique_root("r23-acl-fixed");
+    a_directory_denying_delete(&admin, &dir).await;
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let released = within("release", g.release()).await;
+    println!(
+        "release answered {:?}",
+        released.as_ref().map_err(ToString::to_string)
+    );
+    assert!(matches!(released, Err(Error::NoAuth { .. })), "setup: {released:?}");
+    admin
+        .set_acl(&dir, &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())], None)
+        .await
+        .unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+            .await
+            .map(|r| r.map(|g| g.path().to_string()));
+        answers.push(format!("{:?}", again.as_ref().map_err(|_| "nothing within 5 s")));
+        if let Ok(Ok(_)) = again {
+            break;
+        }
+    }
+    let left = children(&admin, &dir).await;
+    println!("after the ACL was fixed, lock() answered {answers:?}; nodes left: {left:?}");
+    s.close().await;
+    assert!(
+        answers.iter().any(|a| a.starts_with("Ok(Ok(")),
+        "after DELETE was given back on the directory, lock() answered {answers:?} (nodes: {left:?})"
+    );
+}
