@@ -297,3 +297,66 @@ async fn after_the_acl_is_fixed_as_the_error_advises_the_next_lock_is_granted() 
         "after DELETE was given back on the directory, lock() answered {answers:?} (nodes: {left:?})"
     );
 }
+
+/// Cost: the requests our `lock()` sends while it waits behind a holder and two waiters of
+/// other sessions (its window of two cut), in a session that never met an undeletable node,
+/// and in one that met one once, in another directory. Prints both; expects them equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_lock_costs_the_same_after_a_stuck_node_elsewhere() {
+    let admin = admin().await;
+    let mut counts = Vec::new();
+    for stuck_elsewhere in [false, true] {
+        let dir = unique_root(&format!("r23-cost-{stuck_elsewhere}"));
+        let (p, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+        if stuck_elsewhere {
+            let other_dir = unique_root("r23-cost-stuck");
+            a_directory_denying_delete(&admin, &other_dir).await;
+            let l = FairLock::new(&p, &other_dir).unwrap();
+            let g = within("lock", l.lock()).await.unwrap();
+            assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+        }
+        let o1 = session().await;
+        let g1 = within("holder", FairLock::new(&o1, &dir).unwrap().lock())
+            .await
+            .unwrap();
+        let mut others = Vec::new();
+        let mut tasks = Vec::new();
+        for i in 0..2 {
+            let o = session().await;
+            let l = FairLock::new(&o, &dir).unwrap();
+            tasks.push(tokio::spawn(async move {
+                let g = l.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                g.release().await.unwrap();
+            }));
+            others.push(o);
+            while children(&admin, &dir).await.len() < 2 + i {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let before = proxy.requests_forwarded();
+        let ours = tokio::spawn({
+            let l = FairLock::new(&p, &dir).unwrap();
+            async move { l.lock_timeout(Duration::from_secs(10)).await }
+        });
+        while children(&admin, &dir).await.len() < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        g1.release().await.unwrap();
+        let g = within("our lock", ours).await.unwrap().unwrap();
+        let sent = proxy.requests_forwarded() - before;
+        g.release().await.unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for o in others {
+            o.close().await;
+        }
+        o1.close().await;
+        p.close().await;
+        println!("stuck node elsewhere: {stuck_elsewhere}: our contended lock() sent {sent} requests");
+        counts.push(sent);
+    }
+    assert_eq!(counts[0], counts[1], "requests of a contended lock(): {counts:?}");
+}
