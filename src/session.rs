@@ -762,6 +762,15 @@ impl Epoch {
         }
     }
 
+    /// Whether [`note_stuck`](Self::note_stuck) noted a node in the directory `dir`.
+    pub(crate) fn has_stuck_in(&self, dir: &str) -> bool {
+        self.stuck
+            .lock()
+            .unwrap()
+            .keys()
+            .any(|path| crate::path::parent(path) == dir)
+    }
+
     /// Tells of every [`note_stuck`](Self::note_stuck) from now on; its value is 0 until the
     /// first.
     pub(crate) fn stuck_changes(&self) -> watch::Receiver<u64> {

@@ -599,28 +599,30 @@ async fn paths_we_may_not_use() {
     s.close().await;
 }
 
+/// A session under `chroot`, made first as a node of `mode` (by `owner`, which keeps an
+/// ephemeral one alive).
+async fn session_under(owner: &zk::Client, chroot: &str, mode: zk::CreateMode) -> Session {
+    owner
+        .create(chroot, b"", &mode.with_acls(zk::Acls::anyone_all()))
+        .await
+        .unwrap();
+    within(
+        "a chrooted session",
+        Session::builder(shared_server().connect_string())
+            .with_chroot(chroot)
+            .connect(),
+    )
+    .await
+    .unwrap()
+}
+
 /// Under a chroot, `/zookeeper` is an ordinary path of the application's tree: a recipe may
-/// use it (the reserved tree is refused only on a session without a chroot).
+/// use it (the reserved tree is judged on the server's path, under the chroot).
 #[tokio::test]
 async fn under_a_chroot_zookeeper_is_an_ordinary_path() {
     let admin = raw().await;
     let chroot = unique_root("chroot-zk");
-    admin
-        .create(
-            &chroot,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
-    let s = within(
-        "a chrooted session",
-        Session::builder(shared_server().connect_string())
-            .with_chroot(&chroot)
-            .connect(),
-    )
-    .await
-    .unwrap();
+    let s = session_under(&admin, &chroot, zk::CreateMode::Persistent).await;
     let guard = within("lock", FairLock::new(&s, "/zookeeper").unwrap().lock())
         .await
         .unwrap();
@@ -1607,7 +1609,7 @@ async fn admin() -> zk::Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_acquire_in_a_directory_denying_delete_makes_the_next_lock_no_auth() {
     let admin = admin().await;
-    let dir = unique_root("r21-cancelled");
+    let dir = unique_root("cancelled");
     a_directory_denying_delete(&admin, &dir).await;
     let holder = session().await;
     let held = within(
@@ -1748,23 +1750,8 @@ async fn a_chroot_of_zookeeper_does_not_reach_the_reserved_tree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ephemeral_chroot_is_named_as_the_chroot() {
     let owner = raw().await;
-    let eph = unique_root("r21-eph-chroot");
-    owner
-        .create(
-            &eph,
-            b"",
-            &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
-    let s = within(
-        "a session chrooted at an ephemeral node",
-        Session::builder(shared_server().connect_string())
-            .with_chroot(&eph)
-            .connect(),
-    )
-    .await
-    .unwrap();
+    let eph = unique_root("eph-chroot");
+    let s = session_under(&owner, &eph, zk::CreateMode::Ephemeral).await;
     let r = within("lock", FairLock::new(&s, "/a/lock").unwrap().lock())
         .await
         .map(drop);
@@ -1791,7 +1778,7 @@ async fn an_ephemeral_chroot_is_named_as_the_chroot() {
 async fn undeletable_nodes_of_ours_fail_only_the_acquires_they_block_for_good() {
     use zk_recipes::{Election, MultiLock, RwLock};
     let admin = admin().await;
-    let root = unique_root("r21-held");
+    let root = unique_root("held");
     a_directory_denying_delete(&admin, &root).await;
     let s = session().await;
     let mut wrong = Vec::new();

@@ -288,16 +288,18 @@ async fn attempt(
         if let Some(done) = waiter.grant_if_first().await? {
             return Ok(done);
         }
-        let deadline = match wait {
-            Wait::Try => return Err(waiter.withdraw(Error::WouldBlock).await),
-            Wait::Until(deadline) => deadline,
-        };
+        // Before a `try_*` gives up: a node of ours that stays blocks it for good, and
+        // `WouldBlock` would promise that a retry may succeed.
         if waiter.blocked_for_good().await {
             let refused = Error::NoAuth {
                 path: spec.dir.clone(),
             };
             return Err(waiter.withdraw(refused).await);
         }
+        let deadline = match wait {
+            Wait::Try => return Err(waiter.withdraw(Error::WouldBlock).await),
+            Wait::Until(deadline) => deadline,
+        };
         let watches = match waiter.arm().await? {
             Armed::Watching(watches) => watches,
             Armed::Again => continue,
@@ -556,25 +558,24 @@ impl<'a> Waiter<'a> {
                     }
                 }
                 // The server refused the merged drop's part for lack of permission: nothing
-                // was applied. If the node there is still the old one (its czxid), it stays,
-                // ours, until the session ends (the directory's ACL denies us DELETE, or an
-                // administrator took WRITE on the node from us: it is never deleted plainly,
-                // see `holding::retrying`), and queued behind it we would wait for ever
-                // (review 20): answer `NoAuth` on the directory and create nothing. If it is
-                // someone else's node, made at that path after ours went (review 22), the
-                // dropped guard was lost: create ours plainly, as when the node is gone.
+                // was applied. If the node there is still ours (its czxid), it stays until
+                // the session ends (the directory's ACL denies us DELETE, or an administrator
+                // took WRITE on the node from us; it is never deleted plainly, see
+                // `holding::retrying`): noted as stuck here, before our create, as the
+                // dropped guard's own release (`start_relock`) notes it later. If it is
+                // someone else's, made at that path after ours went (review 22), ours is
+                // gone. Either way we create ours plainly, and the wait decides by the rule
+                // whether a stuck node blocks us for good (`blocked_for_good`): a reader is
+                // not blocked by our stuck reader (review 23: the merged read answered
+                // `NoAuth` where an unmerged one was granted).
                 Err(zk::Error::NoAuth) if merged && refused.get().is_some() => {
                     let old = refused.get().expect("checked");
-                    match epoch.check_stat(old).await {
-                        Ok(Some(stat)) if Some(stat.czxid) == merged_czxid => {
-                            pending.disarm();
+                    if let Ok(Some(stat)) = epoch.check_stat(old).await {
+                        if Some(stat.czxid) == merged_czxid {
                             epoch.note_stuck(old, Some(stat.czxid));
-                            return Err(Error::NoAuth {
-                                path: spec.dir.clone(),
-                            });
                         }
-                        _ => continue,
                     }
+                    continue;
                 }
                 // The server refused the merged drop's part otherwise: as above.
                 Err(_) if merged && refused.get().is_some() => continue,
@@ -1041,7 +1042,9 @@ impl<'a> Waiter<'a> {
         if stuck(&self.lower) >= needed {
             return true;
         }
-        if !self.cut {
+        // Only where something is noted (review 23: the count is the session's, and every
+        // waiter with a cut window listed its directory again once anything was noted).
+        if !self.cut || !epoch.has_stuck_in(&spec.dir) {
             return false;
         }
         let Ok((children, _)) = epoch.get_children(&spec.dir).await else {

@@ -911,13 +911,24 @@ async fn retrying(
         // plainly instead: a plain delete cannot tell our node from one made at its path by
         // someone else, and the mark's WRITE can (review 22: a plain-delete fallback deleted
         // another client's node and answered `Ok`).
-        Err(zk::Error::NoAuth) => match epoch.check_stat(path).await {
-            Ok(Some(stat)) if stat.czxid == czxid => {
-                epoch.note_stuck(path, Some(czxid));
-                Err(zk::Error::NoAuth)
+        // The read is retried as the release is, while the epoch lives (review 23: a read
+        // lost in a blip left the node un-noted, and the next acquire waited behind it).
+        Err(zk::Error::NoAuth) => loop {
+            match epoch.check_stat(path).await {
+                Ok(Some(stat)) if stat.czxid == czxid => {
+                    epoch.note_stuck(path, Some(czxid));
+                    break Err(zk::Error::NoAuth);
+                }
+                Ok(_) => break Err(zk::Error::NoNode),
+                Err(err) if is_unknown(&err) && !epoch.is_over() => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = epoch.lost_token().cancelled() => break Err(err),
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(err) => break Err(err),
             }
-            Ok(_) => Err(zk::Error::NoNode),
-            Err(err) => Err(err),
         },
         other => other,
     }
