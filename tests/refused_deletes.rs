@@ -7,9 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::zk::{session, session_via_proxy};
+use support::zk::{raw, session, session_via_proxy};
 use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
-use zk_recipes::{zk, Error, FairLock, LossPolicy, RwLock};
+use zk_recipes::{zk, Error, ExclusiveLock, FairLock, LossPolicy, RwLock, Semaphore};
 
 async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(15), fut)
@@ -680,4 +680,356 @@ async fn a_contended_lock_costs_the_same_after_a_stuck_node_elsewhere() {
         counts[0], counts[1],
         "requests of a contended lock(): {counts:?}"
     );
+}
+
+// ------------------------------------------------------------------------- reviews 20 and 21
+
+/// Given a directory that lets us create but not delete, when a guard is released (or
+/// dropped) and the same lock is taken again on the same session, then the release answers
+/// `NoAuth` (the node stays, ours, until the session ends) and so does the next acquire,
+/// which would otherwise wait behind our own undeletable node for ever. Review 20 found the
+/// simple lock's release answering `LockLost(NodeDeleted)` ("deleted by someone else ...
+/// acquire it again") with its node still there, the next `try_lock` and `lock_timeout`
+/// answering `WouldBlock` and `Timeout`, and a fair lock, a semaphore of one and a write lock
+/// taken again after a drop waiting until the session ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_by_the_directory_is_no_auth_and_so_is_the_next_acquire() {
+    let admin = raw().await;
+    let root = unique_root("no-delete-again");
+    a_directory_denying_delete(&admin, &root).await;
+    let s = session().await;
+    let path = format!("{root}/simple");
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let guard = within("lock", lock.lock()).await.unwrap();
+    let released = within("release", guard.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "simple lock's refused release answered {released:?}"
+    );
+    let owner = admin
+        .check_stat(&path)
+        .await
+        .unwrap()
+        .map(|s| s.ephemeral_owner);
+    assert_eq!(owner, s.session_id(), "the refused node is ours and stays");
+    let tried = within("try_lock", lock.try_lock()).await.map(drop);
+    let timed = within("lock_timeout", lock.lock_timeout(Duration::from_secs(2)))
+        .await
+        .map(drop);
+    for (what, r) in [("try_lock", &tried), ("lock_timeout", &timed)] {
+        assert!(
+            matches!(r, Err(Error::NoAuth { path }) if *path == root),
+            "simple lock's {what} behind our own undeletable node answered {r:?}"
+        );
+    }
+    for kind in ["simple", "fair", "semaphore(1)", "write"] {
+        for explicit in [false, true] {
+            let dir = format!("{root}/{kind}-{explicit}");
+            a_directory_denying_delete(&admin, &dir).await;
+            let again = match kind {
+                "simple" => {
+                    let l = ExclusiveLock::new(&s, format!("{dir}/lock")).unwrap();
+                    let g = l.lock().await.unwrap();
+                    if explicit {
+                        assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                    } else {
+                        drop(g);
+                    }
+                    tokio::time::timeout(Duration::from_secs(8), l.lock())
+                        .await
+                        .map(|r| r.map(drop))
+                }
+                "fair" => {
+                    let l = FairLock::new(&s, &dir).unwrap();
+                    let g = l.lock().await.unwrap();
+                    if explicit {
+                        assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                    } else {
+                        drop(g);
+                    }
+                    tokio::time::timeout(Duration::from_secs(8), l.lock())
+                        .await
+                        .map(|r| r.map(drop))
+                }
+                "semaphore(1)" => {
+                    let l = Semaphore::new(&s, &dir, 1).unwrap();
+                    let g = l.acquire().await.unwrap();
+                    if explicit {
+                        assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                    } else {
+                        drop(g);
+                    }
+                    tokio::time::timeout(Duration::from_secs(8), l.acquire())
+                        .await
+                        .map(|r| r.map(drop))
+                }
+                _ => {
+                    let l = RwLock::new(&s, &dir).unwrap();
+                    let g = l.write().await.unwrap();
+                    if explicit {
+                        assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                    } else {
+                        drop(g);
+                    }
+                    tokio::time::timeout(Duration::from_secs(8), l.write())
+                        .await
+                        .map(|r| r.map(drop))
+                }
+            };
+            assert!(
+                matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+                "{kind}, {}: the acquire behind our own undeletable node answered {:?}",
+                if explicit { "released" } else { "dropped" },
+                again.map_err(|_| "nothing within 8 s")
+            );
+        }
+    }
+    s.close().await;
+}
+
+/// Given a directory without DELETE, when an acquire is cancelled (its future dropped, the
+/// documented way to give up), its node stays (the background cleanup's delete is refused);
+/// then, once the holder is gone, the next `lock()` of the same session answers `NoAuth` on the
+/// directory instead of queueing behind that undeletable node of its own. Review 21 saw it wait
+/// until the session ended: the cleanup's refusal was only logged, not noted as stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_in_a_directory_denying_delete_makes_the_next_lock_no_auth() {
+    let admin = admin().await;
+    let dir = unique_root("cancelled");
+    a_directory_denying_delete(&admin, &dir).await;
+    let holder = session().await;
+    let held = within(
+        "holder's lock",
+        FairLock::new(&holder, &dir).unwrap().lock(),
+    )
+    .await
+    .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    // Give up by dropping the future (cancel safety: "dropping the future deletes the node").
+    let gave_up = tokio::time::timeout(Duration::from_millis(700), lock.lock()).await;
+    assert!(
+        gave_up.is_err(),
+        "the lock was busy: {:?}",
+        gave_up.map(|r| r.map(drop))
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left = children(&admin, &dir).await;
+    println!("after the cancelled acquire: {left:?}");
+    // The holder goes (its session's end removes its node whatever the ACL).
+    drop(held);
+    holder.close().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let left = children(&admin, &dir).await;
+    println!("after the holder's session ended: {left:?}");
+    let again = tokio::time::timeout(Duration::from_secs(8), lock.lock())
+        .await
+        .map(|r| r.map(drop));
+    println!("the next lock() answered: {again:?}");
+    let left = children(&admin, &dir).await;
+    assert!(
+        matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+        "the lock() behind our own undeletable abandoned node answered {:?} (nodes: {left:?})",
+        again.map_err(|_| "nothing within 8 s")
+    );
+    s.close().await;
+}
+
+/// Given an administrator who makes our fair-lock node read-only (its ACL; the directory allows
+/// everything), when the guard is released, then the release answers `NoAuth` and the node
+/// stays, ours, until the session ends (its mark is refused, and it is never deleted plainly:
+/// a plain delete cannot tell our node from one made at its path by someone else, see
+/// `tests/refused_deletes.rs`), and the next `lock()` answers `NoAuth` instead of waiting
+/// behind it. Review 21 asked for a plain delete here; review 22 showed that such a fallback
+/// deletes another client's node, and it was taken out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_made_read_only_is_reported_and_left_never_deleted_plainly() {
+    let admin = admin().await;
+    let dir = unique_root("readonly-node");
+    admin
+        .create(
+            &dir,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let node = g.path().to_string();
+    admin
+        .set_acl(
+            &node,
+            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let released = within("release", g.release()).await;
+    let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .map(|r| r.map(drop));
+    let left = admin.check_stat(&node).await.unwrap();
+    let ours = s.session_id();
+    s.close().await;
+    assert!(
+        matches!(&released, Err(Error::NoAuth { path }) if *path == node),
+        "release answered {released:?}"
+    );
+    assert_eq!(
+        left.map(|st| st.ephemeral_owner),
+        ours,
+        "the node stays, ours"
+    );
+    assert!(
+        matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+        "the next lock() answered {again:?}"
+    );
+}
+
+/// Review 21's probes that held on b2621dc (each asserts): in a directory without DELETE, a
+/// semaphore of 2 with one stuck lease of ours still grants once the other holder goes; a
+/// reader behind our stuck reader is granted, a writer answers NoAuth; a stuck node an
+/// administrator deletes no longer blocks; a waiter already waiting when our guard's release
+/// is refused answers NoAuth; a multi-lock and an election behind our stuck nodes answer
+/// NoAuth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undeletable_nodes_of_ours_fail_only_the_acquires_they_block_for_good() {
+    use zk_recipes::{Election, MultiLock, RwLock};
+    let admin = admin().await;
+    let root = unique_root("held");
+    a_directory_denying_delete(&admin, &root).await;
+    let s = session().await;
+    let mut wrong = Vec::new();
+    // Semaphore of 2.
+    {
+        let dir = format!("{root}/sem");
+        a_directory_denying_delete(&admin, &dir).await;
+        let sem = Semaphore::new(&s, &dir, 2).unwrap();
+        let g = within("lease", sem.acquire()).await.unwrap();
+        let r = within("release", g.release()).await;
+        println!("semaphore(2) release: {r:?}");
+        let other = session().await;
+        let og = within(
+            "other's lease",
+            Semaphore::new(&other, &dir, 2).unwrap().acquire(),
+        )
+        .await
+        .unwrap();
+        let waiting = tokio::spawn({
+            let sem = sem.clone();
+            async move { sem.acquire().await.map(std::mem::forget) }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        println!(
+            "semaphore(2) waiter finished early: {}",
+            waiting.is_finished()
+        );
+        drop(og);
+        other.close().await;
+        let got = tokio::time::timeout(Duration::from_secs(8), waiting).await;
+        println!("semaphore(2) waiter after the other holder left: {got:?}");
+        if !matches!(got, Ok(Ok(Ok(())))) {
+            wrong.push(format!("semaphore(2): {got:?}"));
+        }
+    }
+    // Read/write lock.
+    {
+        let dir = format!("{root}/rw");
+        a_directory_denying_delete(&admin, &dir).await;
+        let rw = RwLock::new(&s, &dir).unwrap();
+        let r1 = within("read", rw.read()).await.unwrap();
+        println!("read release: {:?}", within("release", r1.release()).await);
+        let r2 = tokio::time::timeout(Duration::from_secs(8), rw.read()).await;
+        println!(
+            "read behind our stuck reader: {:?}",
+            r2.as_ref().map(|r| r.as_ref().map(drop))
+        );
+        if !matches!(r2, Ok(Ok(_))) {
+            wrong.push("reader behind a stuck reader".into());
+        }
+        if let Ok(Ok(g)) = r2 {
+            std::mem::forget(g);
+        }
+        let w = tokio::time::timeout(Duration::from_secs(8), rw.write())
+            .await
+            .map(|r| r.map(drop));
+        println!("writer behind our stuck readers: {w:?}");
+        if !matches!(&w, Ok(Err(Error::NoAuth { path })) if *path == dir) {
+            wrong.push(format!("writer behind stuck readers: {w:?}"));
+        }
+    }
+    // A stuck node an administrator deletes.
+    {
+        let dir = format!("{root}/admin-deletes");
+        a_directory_denying_delete(&admin, &dir).await;
+        let lock = FairLock::new(&s, &dir).unwrap();
+        let g = within("lock", lock.lock()).await.unwrap();
+        let node = g.path().to_string();
+        println!("release: {:?}", within("release", g.release()).await);
+        admin.delete(&node, None).await.unwrap();
+        let again = tokio::time::timeout(Duration::from_secs(8), lock.lock()).await;
+        println!(
+            "after the admin deleted it: {:?}",
+            again.as_ref().map(|r| r.as_ref().map(drop))
+        );
+        if !matches!(again, Ok(Ok(_))) {
+            wrong.push("lock after the admin deleted the stuck node".into());
+        }
+        if let Ok(Ok(g)) = again {
+            std::mem::forget(g);
+        }
+    }
+    // A waiter already waiting when our guard's release is refused.
+    {
+        let dir = format!("{root}/waiting");
+        a_directory_denying_delete(&admin, &dir).await;
+        let lock = FairLock::new(&s, &dir).unwrap();
+        let g = within("lock", lock.lock()).await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.lock().await.map(drop) }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        println!("release: {:?}", within("release", g.release()).await);
+        let got = tokio::time::timeout(Duration::from_secs(8), waiter).await;
+        println!("waiter: {got:?}");
+        if !matches!(&got, Ok(Ok(Err(Error::NoAuth { path }))) if *path == dir) {
+            wrong.push(format!("waiting waiter: {got:?}"));
+        }
+    }
+    // Multi-lock.
+    {
+        let (d1, d2) = (format!("{root}/m1"), format!("{root}/m2"));
+        a_directory_denying_delete(&admin, &d1).await;
+        a_directory_denying_delete(&admin, &d2).await;
+        let m = MultiLock::new(&s, [&d1, &d2]).unwrap();
+        let g = within("multi", m.lock()).await.unwrap();
+        println!("multi release: {:?}", within("release", g.release()).await);
+        let again = tokio::time::timeout(Duration::from_secs(8), m.lock())
+            .await
+            .map(|r| r.map(drop));
+        println!("multi again: {again:?}");
+        if !matches!(again, Ok(Err(Error::NoAuth { .. }))) {
+            wrong.push(format!("multi again: {again:?}"));
+        }
+    }
+    // Election.
+    {
+        let dir = format!("{root}/el");
+        a_directory_denying_delete(&admin, &dir).await;
+        let el = Election::new(&s, &dir, "me").unwrap();
+        let l = within("campaign", el.campaign()).await.unwrap();
+        println!("resign: {:?}", within("resign", l.resign()).await);
+        let again = tokio::time::timeout(Duration::from_secs(8), el.campaign())
+            .await
+            .map(|r| r.map(drop));
+        println!("campaign again: {again:?}");
+        if !matches!(again, Ok(Err(Error::NoAuth { .. }))) {
+            wrong.push(format!("campaign again: {again:?}"));
+        }
+    }
+    s.close().await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
