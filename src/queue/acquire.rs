@@ -394,7 +394,7 @@ impl<'a> Waiter<'a> {
         // Whether this pass relocks a dropped guard that a plain lock() took back.
         let mut merged;
         // The czxid of the node a relock (merged or not) releases.
-        let mut merged_czxid = None;
+        let mut relocked_czxid = None;
         let (me, czxid, children, dir_data) = loop {
             // A relock releases the held node in the same transaction (first pass only).
             let relocking = handover.is_some();
@@ -417,7 +417,7 @@ impl<'a> Waiter<'a> {
             let create = match handover.take() {
                 Some(mut held) => {
                     let old_path = held.path().to_string();
-                    merged_czxid = Some(held.fencing_token());
+                    relocked_czxid = Some(held.fencing_token());
                     let created = held.start_relock(
                         epoch.clone(),
                         prefix_path.clone(),
@@ -571,7 +571,7 @@ impl<'a> Waiter<'a> {
                 Err(zk::Error::NoAuth) if merged && refused.get().is_some() => {
                     let old = refused.get().expect("checked");
                     if let Ok(Some(stat)) = epoch.check_stat(old).await {
-                        if Some(stat.czxid) == merged_czxid {
+                        if Some(stat.czxid) == relocked_czxid {
                             epoch.note_stuck(old, Some(stat.czxid));
                         }
                     }
@@ -1050,12 +1050,7 @@ impl<'a> Waiter<'a> {
         let Ok((children, _)) = epoch.get_children(&spec.dir).await else {
             return false;
         };
-        let below: Vec<NodeName> = children
-            .iter()
-            .filter_map(|c| NodeName::parse(c))
-            .filter(|n| spec.is_member(n) && n.sequence < self.me.sequence)
-            .collect();
-        stuck(&below) >= needed
+        stuck(&members_below(spec, &children, &self.me)) >= needed
     }
 
     /// Whether `stat`, read at our node's path, is our node: the czxid we know; or, for a
@@ -1207,13 +1202,18 @@ fn listing_bytes(children: &[String]) -> usize {
 /// The members of `children` below `me`, ascending, cut to the rule's window (see
 /// [`Rule::window`]), and whether anything was cut off.
 fn lower_members(spec: &QueueSpec, children: &[String], me: &NodeName) -> (Vec<NodeName>, bool) {
-    let mut lower: Vec<NodeName> = children
+    let mut lower = members_below(spec, children, me);
+    lower.sort_by_key(|n| n.sequence);
+    spec.rule.window(lower)
+}
+
+/// The members of `spec`'s queue below `me` among `children`, unsorted.
+fn members_below(spec: &QueueSpec, children: &[String], me: &NodeName) -> Vec<NodeName> {
+    children
         .iter()
         .filter_map(|c| NodeName::parse(c))
         .filter(|n| spec.is_member(n) && n.sequence < me.sequence)
-        .collect();
-    lower.sort_by_key(|n| n.sequence);
-    spec.rule.window(lower)
+        .collect()
 }
 
 /// Our own node's watch event, if it has fired already (the watch is then used up).
