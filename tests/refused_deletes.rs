@@ -75,8 +75,22 @@ async fn a_directory_denying_delete(admin: &zk::Client, path: &str) {
 /// the node anyway; that fallback is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relock_of_a_node_made_read_only_answers_no_auth_and_leaves_it() {
+    a_node_made_read_only(ReadOnlyEnd::Relock).await;
+}
+
+/// How the guard of a node an administrator made read-only ends.
+#[derive(Debug, Clone, Copy)]
+enum ReadOnlyEnd {
+    Release,
+    Relock,
+}
+
+/// Given an administrator who makes our fair-lock node read-only (its ACL; the directory
+/// allows everything), when the guard ends as `end` says, then it answers `NoAuth` on the
+/// node, the node stays, ours, and the next `lock()` answers `NoAuth` on the directory.
+async fn a_node_made_read_only(end: ReadOnlyEnd) {
     let admin = admin().await;
-    let dir = unique_root("refused-relock-ro");
+    let dir = unique_root("refused-read-only");
     admin
         .create(
             &dir,
@@ -88,35 +102,39 @@ async fn a_relock_of_a_node_made_read_only_answers_no_auth_and_leaves_it() {
     let s = session().await;
     let lock = FairLock::new(&s, &dir).unwrap();
     let g = within("lock", lock.lock()).await.unwrap();
-    let old = g.path().to_string();
+    let node = g.path().to_string();
     admin
         .set_acl(
-            &old,
+            &node,
             &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
             None,
         )
         .await
         .unwrap();
-    let relocked = within("relock", lock.relock(g)).await.map(drop);
+    let ended = match end {
+        ReadOnlyEnd::Release => within("release", g.release()).await,
+        ReadOnlyEnd::Relock => within("relock", lock.relock(g)).await.map(drop),
+    };
+    // A relock's old node is released in the background after its refusal: give it time.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let left = admin.check_stat(&old).await.unwrap();
+    let left = admin.check_stat(&node).await.unwrap();
     let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
         .await
         .map(|r| r.map(drop));
     let ours = s.session_id();
     s.close().await;
     assert!(
-        matches!(&relocked, Err(Error::NoAuth { path }) if *path == old),
-        "relock answered {relocked:?}"
+        matches!(&ended, Err(Error::NoAuth { path }) if *path == node),
+        "{end:?} answered {ended:?}"
     );
     assert_eq!(
         left.map(|st| st.ephemeral_owner),
         ours,
-        "the read-only node must stay, ours"
+        "{end:?}: the read-only node must stay, ours"
     );
     assert!(
         matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
-        "the next lock() behind it answered {again:?}"
+        "{end:?}: the next lock() behind it answered {again:?}"
     );
 }
 
@@ -844,48 +862,7 @@ async fn a_cancelled_acquire_in_a_directory_denying_delete_makes_the_next_lock_n
 /// deletes another client's node, and it was taken out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_made_read_only_is_reported_and_left_never_deleted_plainly() {
-    let admin = admin().await;
-    let dir = unique_root("readonly-node");
-    admin
-        .create(
-            &dir,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
-    let s = session().await;
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let g = within("lock", lock.lock()).await.unwrap();
-    let node = g.path().to_string();
-    admin
-        .set_acl(
-            &node,
-            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
-    let released = within("release", g.release()).await;
-    let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
-        .await
-        .map(|r| r.map(drop));
-    let left = admin.check_stat(&node).await.unwrap();
-    let ours = s.session_id();
-    s.close().await;
-    assert!(
-        matches!(&released, Err(Error::NoAuth { path }) if *path == node),
-        "release answered {released:?}"
-    );
-    assert_eq!(
-        left.map(|st| st.ephemeral_owner),
-        ours,
-        "the node stays, ours"
-    );
-    assert!(
-        matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
-        "the next lock() answered {again:?}"
-    );
+    a_node_made_read_only(ReadOnlyEnd::Release).await;
 }
 
 /// Review 21's probes that held on b2621dc (each asserts): in a directory without DELETE, a
