@@ -34,7 +34,9 @@ use zookeeper_client as zk;
 use crate::error::{is_unknown, Error, Result};
 use crate::guard::LockGuard;
 use crate::path::{Layout, NodeKind, NodeName};
-use crate::queue::{bounded, decide_fixed, Abandoned, Fixed, Granted, Holding, Wait};
+use crate::queue::{
+    bounded, decide_fixed, delete_stuck, Abandoned, Fixed, Granted, Holding, Stuck, Wait,
+};
 use crate::session::{Epoch, Session};
 
 /// A lock held by whoever owns one ephemeral node.
@@ -320,10 +322,16 @@ impl ExclusiveLock {
                 ))
             };
             if try_only {
-                return match epoch.check_stat(path).await {
-                    Ok(Some(stat)) if stat.ephemeral_owner == 0 => Err(not_a_lock()),
-                    Ok(Some(stat)) if stuck(&epoch, path, &stat) => Err(stuck_error(path)),
-                    _ => Err(Error::WouldBlock),
+                match epoch.check_stat(path).await {
+                    Ok(Some(stat)) if stat.ephemeral_owner == 0 => return Err(not_a_lock()),
+                    Ok(Some(stat)) if stuck(&epoch, path, &stat) => {
+                        match delete_stuck(&epoch, path, Some(&self.session)).await {
+                            Stuck::Yes => return Err(stuck_error(path)),
+                            // Deleted after all (the ACL was fixed): try the create again.
+                            Stuck::No | Stuck::Unknown => continue,
+                        }
+                    }
+                    _ => return Err(Error::WouldBlock),
                 };
             }
             // Held by someone else: wait for it to go. (Or held by our own node, which a
@@ -337,7 +345,12 @@ impl ExclusiveLock {
             match stat {
                 None => continue,
                 Some(stat) if stat.ephemeral_owner == 0 => return Err(not_a_lock()),
-                Some(stat) if stuck(&epoch, path, &stat) => return Err(stuck_error(path)),
+                Some(stat) if stuck(&epoch, path, &stat) => {
+                    match delete_stuck(&epoch, path, Some(&self.session)).await {
+                        Stuck::Yes => return Err(stuck_error(path)),
+                        Stuck::No | Stuck::Unknown => continue,
+                    }
+                }
                 Some(_) => {}
             }
             tokio::select! {
@@ -375,7 +388,8 @@ impl ExclusiveLock {
 }
 
 /// Whether `stat`, read at `path`, is a node of ours whose delete the server refused (see
-/// [`Epoch::note_stuck`]): it stays until the session ends, and waiting for it never ends.
+/// [`Epoch::note_stuck`]): it stays until the session ends, and waiting for it never ends,
+/// unless its delete, tried once more (`delete_stuck`), now passes.
 fn stuck(epoch: &Epoch, path: &str, stat: &zk::Stat) -> bool {
     stat.ephemeral_owner == epoch.session_id && epoch.is_stuck(path, Some(stat.czxid))
 }

@@ -638,9 +638,11 @@ pub(crate) struct Epoch {
     closing: CancellationToken,
     /// Our nodes whose delete the server refused for good (`NoAuth`: the directory's ACL
     /// lets us create but not delete), by path: they stay until the session ends and block
-    /// whoever queues behind them. A waiter that would wait behind them for ever answers
-    /// `NoAuth` instead (review 20). With its czxid at a shared path (the simple lock's),
-    /// where a later node of ours may take its place. `stuck_changed` counts the additions.
+    /// whoever queues behind them. A waiter that would wait behind them for ever tries their
+    /// delete again, and answers `NoAuth` if it is still refused (review 20). With its czxid
+    /// when known, which tells our node from another made at its path after it (a shared
+    /// path's, or a queue node's that an administrator deleted). `stuck_changed` counts the
+    /// changes.
     stuck: Mutex<std::collections::HashMap<String, Option<i64>>>,
     stuck_changed: watch::Sender<u64>,
 }
@@ -738,22 +740,42 @@ impl Epoch {
         })
     }
 
-    /// Notes that our node at `path` (made at `czxid`, given at a shared path) cannot be
-    /// deleted (its delete was refused with `NoAuth`, and the node is still ours): it stays
-    /// until the session ends.
+    /// Notes that our node at `path` (made at `czxid`, when known) cannot be deleted (its
+    /// delete was refused with `NoAuth`, and the node is still ours): it stays until the
+    /// session ends, unless the directory's ACL is fixed meanwhile (see
+    /// `holding::delete_stuck`, which an acquire queued behind it runs first).
+    ///
+    /// Noted again with the same czxid, nothing changes: waiters are woken only by news.
     pub(crate) fn note_stuck(&self, path: &str, czxid: Option<i64>) {
+        let before = self.stuck.lock().unwrap().insert(path.to_string(), czxid);
+        if before == Some(czxid) {
+            return;
+        }
         tracing::warn!(
             node = path,
-            "the server refused to delete our node for lack of permission; it stays until the \
-             session ends, and acquires of this session queued behind it answer NoAuth"
+            "the server refused to delete our node for lack of permission; an acquire of this \
+             session queued behind it tries the delete once more, and answers NoAuth if it is \
+             refused again"
         );
-        self.stuck.lock().unwrap().insert(path.to_string(), czxid);
         self.stuck_changed.send_modify(|n| *n += 1);
     }
 
+    /// What [`note_stuck`](Self::note_stuck) noted at `path`: `None` when nothing is noted
+    /// there, `Some(None)` for a node noted by its name alone.
+    pub(crate) fn stuck_czxid(&self, path: &str) -> Option<Option<i64>> {
+        self.stuck.lock().unwrap().get(path).copied()
+    }
+
+    /// Forgets the node noted at `path`: it was deleted after all (the ACL was fixed), or
+    /// is gone, or the node there now is not ours.
+    pub(crate) fn forget_stuck(&self, path: &str) {
+        self.stuck.lock().unwrap().remove(path);
+    }
+
     /// Whether [`note_stuck`](Self::note_stuck) noted `path`: the node made at `czxid`, when
-    /// both are known (a shared path's node is told apart by it); any node there, for a queue
-    /// node's path, which is ours alone (a listing gives names, not czxids).
+    /// both are known (a shared path's node is told apart by it); any node there, for a name
+    /// from a listing (which gives names, not czxids): `holding::delete_stuck` confirms it is
+    /// ours before anyone answers `NoAuth`.
     pub(crate) fn is_stuck(&self, path: &str, czxid: Option<i64>) -> bool {
         match (self.stuck.lock().unwrap().get(path), czxid) {
             (Some(Some(noted)), Some(czxid)) => *noted == czxid,

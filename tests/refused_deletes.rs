@@ -425,8 +425,8 @@ async fn a_refused_release_whose_read_is_cut_still_makes_the_next_lock_no_auth()
 /// administrator deletes it, and another client makes a node of its own with the same name
 /// (anyone may create any name; review 22's threat model). Our next `lock()` queues behind
 /// that foreign node, which its owner removes a second later: the lock must be granted,
-/// not answer `NoAuth` (the foreign node is not ours and does not stay for ever).
-#[ignore = "open (review 23): a stuck queue node is known by its name; a foreign node made with that name after ours was deleted is taken for ours (a false NoAuth, never a deletion)"]
+/// not answer `NoAuth` (the foreign node is not ours and does not stay for ever). Failed on
+/// d3c476a (ignored then): the node was known by name, and the lock answered `NoAuth`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_node_at_the_name_of_our_deleted_stuck_node_is_not_taken_for_ours() {
     let admin = admin().await;
@@ -578,29 +578,127 @@ async fn a_semaphore_of_two_with_one_stuck_lease_and_a_leaving_holder_grants() {
     assert!(matches!(third, Ok(Ok(()))), "third acquire: {third:?}");
 }
 
-/// Attack 3/4: a refusal that is not permanent. The release in a directory denying DELETE
-/// answers `NoAuth`, whose message says "... or change the ACL". The administrator does
-/// change it (DELETE for anyone). The next `lock()` must not answer `NoAuth` any more: our
-/// node can be deleted now, and nothing else is in the queue. On c6feae0 the node stays
-/// noted as stuck and is never deleted, so every acquire of this session answers `NoAuth`
-/// until the session ends.
-#[ignore = "open (review 23): a refusal noted as stuck is taken as permanent for the session; the delete is not tried again after the ACL is fixed"]
+/// Review 23's attack 3/4, a refusal that is not permanent: our fair-lock node stays in a
+/// directory denying DELETE (its release was refused), and the next `lock()` answers `NoAuth`,
+/// whose message advises changing the ACL. The administrator does; then the next `lock()` is
+/// granted, and our old node is gone. Failed on d3c476a (ignored then): the first refusal was
+/// final for the session, and every acquire answered `NoAuth` until it ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_the_acl_is_fixed_as_the_error_advises_the_next_lock_is_granted() {
+    after_the_acl_is_fixed(StuckBy::FairRelease).await;
+}
+
+/// The same, with our node left by an acquire given up (its future dropped): the cleanup's
+/// refusal notes the node by its name alone, and it is read before its delete is tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_acl_is_fixed_a_cancelled_acquires_node_goes_and_the_next_lock_is_granted() {
+    after_the_acl_is_fixed(StuckBy::FairCancelled).await;
+}
+
+/// The same, asked by `try_lock()`, which must not answer `WouldBlock` behind a node that can
+/// go now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_acl_is_fixed_try_lock_is_granted() {
+    after_the_acl_is_fixed(StuckBy::FairReleaseThenTry).await;
+}
+
+/// The same for the simple lock, whose node is at a path every contender shares (its delete
+/// is conditional on our node's czxid, under the path's serializer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_acl_is_fixed_the_simple_lock_is_granted() {
+    after_the_acl_is_fixed(StuckBy::ExclusiveRelease).await;
+    after_the_acl_is_fixed(StuckBy::ExclusiveReleaseThenTry).await;
+}
+
+/// How our node came to stay in a directory denying DELETE, and which acquire asks next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StuckBy {
+    FairRelease,
+    FairReleaseThenTry,
+    FairCancelled,
+    ExclusiveRelease,
+    ExclusiveReleaseThenTry,
+}
+
+/// Given our node stuck in a directory denying DELETE as `by` says, the next acquire answers
+/// `NoAuth` on the directory; once the administrator gives DELETE back, the next acquire is
+/// granted, and after its release the directory is empty (our old node was deleted, not
+/// left).
+async fn after_the_acl_is_fixed(by: StuckBy) {
     let admin = admin().await;
-    let dir = unique_root("r23-acl-fixed");
+    let dir = unique_root(&format!("acl-fixed-{by:?}"));
     a_directory_denying_delete(&admin, &dir).await;
     let s = session().await;
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let g = within("lock", lock.lock()).await.unwrap();
-    let released = within("release", g.release()).await;
-    println!(
-        "release answered {:?}",
-        released.as_ref().map_err(ToString::to_string)
+    let fair = FairLock::new(&s, &dir).unwrap();
+    let simple = ExclusiveLock::new(&s, format!("{dir}/lock")).unwrap();
+    let exclusive = matches!(
+        by,
+        StuckBy::ExclusiveRelease | StuckBy::ExclusiveReleaseThenTry
     );
+    let try_only = matches!(
+        by,
+        StuckBy::FairReleaseThenTry | StuckBy::ExclusiveReleaseThenTry
+    );
+    // The guard is kept (its path, and the guard itself so that its node stays).
+    type Got = Result<(String, Box<dyn std::any::Any>), Error>;
+    let acquire = || async {
+        fn kept<G: 'static>(path: String, g: G) -> (String, Box<dyn std::any::Any>) {
+            (path, Box::new(g))
+        }
+        let got: Result<Got, _> = match (exclusive, try_only) {
+            (false, false) => tokio::time::timeout(Duration::from_secs(5), fair.lock())
+                .await
+                .map(|r| r.map(|g| kept(g.path().to_string(), g))),
+            (false, true) => Ok(within("try_lock", fair.try_lock())
+                .await
+                .map(|g| kept(g.path().to_string(), g))),
+            (true, false) => tokio::time::timeout(Duration::from_secs(5), simple.lock())
+                .await
+                .map(|r| r.map(|g| kept(g.path().to_string(), g))),
+            (true, true) => Ok(within("try_lock", simple.try_lock())
+                .await
+                .map(|g| kept(g.path().to_string(), g))),
+        };
+        got.unwrap_or_else(|_| panic!("{by:?}: nothing within 5 s"))
+    };
+    match by {
+        StuckBy::FairCancelled => {
+            let holder = session().await;
+            let held = within("holder", FairLock::new(&holder, &dir).unwrap().lock())
+                .await
+                .unwrap();
+            let gave_up = tokio::time::timeout(Duration::from_millis(700), fair.lock()).await;
+            assert!(gave_up.is_err(), "the lock was busy");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            drop(held);
+            holder.close().await;
+        }
+        _ => {
+            let released = if exclusive {
+                within(
+                    "release",
+                    within("lock", simple.lock()).await.unwrap().release(),
+                )
+                .await
+            } else {
+                within(
+                    "release",
+                    within("lock", fair.lock()).await.unwrap().release(),
+                )
+                .await
+            };
+            assert!(
+                matches!(released, Err(Error::NoAuth { .. })),
+                "{by:?}, setup: the release answered {released:?}"
+            );
+        }
+    }
+    let stuck = children(&admin, &dir).await;
+    assert_eq!(stuck.len(), 1, "{by:?}, setup: our node stays: {stuck:?}");
+    let before = acquire().await.map(|(path, _)| path);
     assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
+        matches!(&before, Err(Error::NoAuth { path }) if *path == dir),
+        "{by:?}: before the ACL was fixed, the acquire answered {before:?}"
     );
     admin
         .set_acl(
@@ -610,25 +708,23 @@ async fn after_the_acl_is_fixed_as_the_error_advises_the_next_lock_is_granted() 
         )
         .await
         .unwrap();
-    let mut answers = Vec::new();
-    for _ in 0..3 {
-        let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
-            .await
-            .map(|r| r.map(|g| g.path().to_string()));
-        answers.push(format!(
-            "{:?}",
-            again.as_ref().map_err(|_| "nothing within 5 s")
-        ));
-        if let Ok(Ok(_)) = again {
-            break;
-        }
-    }
+    let after = acquire().await;
     let left = children(&admin, &dir).await;
-    println!("after the ACL was fixed, lock() answered {answers:?}; nodes left: {left:?}");
+    let shown = after.as_ref().map(|(path, _)| path);
+    println!("{by:?}: before the fix {before:?}, after {shown:?}; nodes then: {left:?}");
+    let (granted, _guard) = after.unwrap_or_else(|e| {
+        panic!("{by:?}: after DELETE was given back, the acquire answered {e:?} ({left:?})")
+    });
+    assert!(
+        !left.contains(&stuck[0]) || exclusive && granted == format!("{dir}/{}", stuck[0]),
+        "{by:?}: our old node {} is still there: {left:?}",
+        stuck[0]
+    );
+    assert_eq!(left.len(), 1, "{by:?}: only the new guard's node: {left:?}");
     s.close().await;
     assert!(
-        answers.iter().any(|a| a.starts_with("Ok(Ok(")),
-        "after DELETE was given back on the directory, lock() answered {answers:?} (nodes: {left:?})"
+        children(&admin, &dir).await.is_empty(),
+        "{by:?}: a node outlived the session"
     );
 }
 

@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use super::{find_by_protection, Abandoned, Granted, Holding, QueueSpec, Rule, Wait, WatchFuture};
+use super::{
+    delete_stuck, find_by_protection, Abandoned, Granted, Holding, QueueSpec, Rule, Stuck, Wait,
+    WatchFuture,
+};
 use crate::error::{is_unknown, Error, LossReason, Result};
 use crate::path::{join, new_prefix, NodeKind, NodeName};
 use crate::session::{Epoch, Relocked, Session};
@@ -290,11 +293,15 @@ async fn attempt(
         }
         // Before a `try_*` gives up: a node of ours that stays blocks it for good, and
         // `WouldBlock` would promise that a retry may succeed.
-        if waiter.blocked_for_good().await {
-            let refused = Error::NoAuth {
-                path: spec.dir.clone(),
-            };
-            return Err(waiter.withdraw(refused).await);
+        match waiter.blocked_for_good().await {
+            Blocked::ForGood => {
+                let refused = Error::NoAuth {
+                    path: spec.dir.clone(),
+                };
+                return Err(waiter.withdraw(refused).await);
+            }
+            Blocked::LookAgain => continue,
+            Blocked::No => {}
         }
         let deadline = match wait {
             Wait::Try => return Err(waiter.withdraw(Error::WouldBlock).await),
@@ -310,6 +317,16 @@ async fn attempt(
             return Ok(done);
         }
     }
+}
+
+/// What [`Waiter::blocked_for_good`] found.
+enum Blocked {
+    /// Nodes of ours that stay until the session ends block us: answer `NoAuth`.
+    ForGood,
+    /// A node of ours noted as undeletable was deleted after all, or is not ours: the window
+    /// is dropped, to be listed again.
+    LookAgain,
+    No,
 }
 
 /// A contender with a node in the queue, in one epoch.
@@ -1022,9 +1039,15 @@ impl<'a> Waiter<'a> {
     /// window (`lower`) holds only the nearest members: when some were cut, the directory is
     /// listed again to count them all (review 22: our stuck node behind two waiters of other
     /// sessions, themselves stuck behind it, was out of the window, and we waited for ever).
-    async fn blocked_for_good(&mut self) -> bool {
+    ///
+    /// Before it answers yes, the delete of each is tried again ([`delete_stuck`]): the
+    /// `NoAuth` it leads to tells the user to fix the directory's ACL, and once that is done
+    /// the node goes and the wait goes on (review 23). That check also forgets a node that is
+    /// not ours any more (a listing gives names only). When any went or was forgotten, the
+    /// window is dropped and read again ([`Blocked::LookAgain`]).
+    async fn blocked_for_good(&mut self) -> Blocked {
         if *self.stuck.borrow_and_update() == 0 {
-            return false;
+            return Blocked::No;
         }
         let spec = self.spec;
         let needed = match spec.rule {
@@ -1032,25 +1055,46 @@ impl<'a> Waiter<'a> {
             Rule::Exclusive | Rule::Read => 1,
         };
         let epoch = &self.epoch;
-        let stuck = |names: &[NodeName]| {
+        let stuck = |names: &[NodeName]| -> Vec<String> {
             names
                 .iter()
                 .filter(|n| spec.rule.blocks(n))
-                .filter(|n| epoch.is_stuck(&join(&spec.dir, &n.name), None))
-                .count()
+                .map(|n| join(&spec.dir, &n.name))
+                .filter(|path| epoch.is_stuck(path, None))
+                .collect()
         };
-        if stuck(&self.lower) >= needed {
-            return true;
+        let mut found = stuck(&self.lower);
+        if found.len() < needed {
+            // Only where something is noted (review 23: the count is the session's, and every
+            // waiter with a cut window listed its directory again once anything was noted).
+            if !self.cut || !epoch.has_stuck_in(&spec.dir) {
+                return Blocked::No;
+            }
+            let Ok((children, _)) = epoch.get_children(&spec.dir).await else {
+                return Blocked::No;
+            };
+            found = stuck(&members_below(spec, &children, &self.me));
+            if found.len() < needed {
+                return Blocked::No;
+            }
         }
-        // Only where something is noted (review 23: the count is the session's, and every
-        // waiter with a cut window listed its directory again once anything was noted).
-        if !self.cut || !epoch.has_stuck_in(&spec.dir) {
-            return false;
+        let mut still = 0;
+        for path in &found {
+            match delete_stuck(epoch, path, None).await {
+                Stuck::Yes => still += 1,
+                Stuck::No => {}
+                // The epoch ended: its nodes go with it, and the attempt re-queues.
+                Stuck::Unknown => return Blocked::No,
+            }
         }
-        let Ok((children, _)) = epoch.get_children(&spec.dir).await else {
-            return false;
-        };
-        stuck(&members_below(spec, &children, &self.me)) >= needed
+        if still >= needed {
+            Blocked::ForGood
+        } else if still < found.len() {
+            (self.lower, self.cut) = (Vec::new(), true);
+            Blocked::LookAgain
+        } else {
+            Blocked::No
+        }
     }
 
     /// Whether `stat`, read at our node's path, is our node: the czxid we know; or, for a

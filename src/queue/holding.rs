@@ -913,24 +913,97 @@ async fn retrying(
         // another client's node and answered `Ok`).
         // The read is retried as the release is, while the epoch lives (review 23: a read
         // lost in a blip left the node un-noted, and the next acquire waited behind it).
-        Err(zk::Error::NoAuth) => loop {
-            match epoch.check_stat(path).await {
-                Ok(Some(stat)) if stat.czxid == czxid => {
-                    epoch.note_stuck(path, Some(czxid));
-                    break Err(zk::Error::NoAuth);
-                }
-                Ok(_) => break Err(zk::Error::NoNode),
-                Err(err) if is_unknown(&err) && !epoch.is_over() => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = epoch.lost_token().cancelled() => break Err(err),
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-                Err(err) => break Err(err),
+        Err(zk::Error::NoAuth) => match stat_retrying(epoch, path, backoff).await? {
+            Some(stat) if stat.czxid == czxid => {
+                epoch.note_stuck(path, Some(czxid));
+                Err(zk::Error::NoAuth)
             }
+            _ => Err(zk::Error::NoNode),
         },
         other => other,
+    }
+}
+
+/// Reads the node at `path`, retried after a failure whose outcome is unknown (from
+/// `backoff`) while the epoch lives.
+async fn stat_retrying(
+    epoch: &Epoch,
+    path: &str,
+    mut backoff: Duration,
+) -> std::result::Result<Option<zk::Stat>, zk::Error> {
+    loop {
+        match epoch.check_stat(path).await {
+            Err(err) if is_unknown(&err) && !epoch.is_over() => {
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = epoch.lost_token().cancelled() => return Err(err),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether a node of ours noted as undeletable ([`Epoch::note_stuck`]) still is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stuck {
+    /// Deleted now (the ACL that refused it was fixed), or gone, or the node at its path is
+    /// not ours: forgotten, it blocks nobody of ours for good.
+    No,
+    /// The delete was refused again: ours, and there until the session ends.
+    Yes,
+    /// Not known: the epoch ended meanwhile (and the node with it).
+    Unknown,
+}
+
+/// Tries once more to delete the node of ours noted as undeletable at `path`, before an
+/// acquire queued behind it answers `NoAuth`: the error tells the user to fix the ACL, and
+/// once it is fixed the next acquire must find out (review 23: the first refusal was final
+/// for the session). The delete is the release's, marked and conditional on the node's
+/// czxid (see [`Check::Czxid`]), so it never deletes a node someone else made at the path
+/// after an administrator deleted ours (review 23: such a node, named as ours, answered a
+/// false `NoAuth`); a node noted by name alone (a refused withdrawal or cleanup) is first
+/// read, and taken as ours only while its owner is our session (another session's node has
+/// another owner, and our session makes no other node of a queue node's name).
+///
+/// `serialize`: the session whose path serializer the delete takes at a shared path (the
+/// simple lock's), `None` for a queue node.
+pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, serialize: Option<&Session>) -> Stuck {
+    let backoff = Duration::from_millis(20);
+    let czxid = match epoch.stuck_czxid(path) {
+        None => return Stuck::No,
+        Some(Some(czxid)) => czxid,
+        Some(None) => match stat_retrying(epoch, path, backoff).await {
+            Ok(Some(stat)) if stat.ephemeral_owner == epoch.session_id => stat.czxid,
+            Ok(_) => {
+                epoch.forget_stuck(path);
+                return Stuck::No;
+            }
+            Err(_) => return Stuck::Unknown,
+        },
+    };
+    let gate = Mutex::new(false);
+    let first = Check::Czxid(czxid);
+    match retrying(
+        epoch,
+        path,
+        czxid,
+        true,
+        Some(czxid),
+        first,
+        &gate,
+        serialize,
+    )
+    .await
+    {
+        Ok(()) | Err(zk::Error::NoNode) => {
+            epoch.forget_stuck(path);
+            Stuck::No
+        }
+        // Noted again, with its czxid (`retrying`).
+        Err(zk::Error::NoAuth) => Stuck::Yes,
+        Err(_) => Stuck::Unknown,
     }
 }
 

@@ -101,7 +101,7 @@ pub(crate) use acquire::{acquire, bounded, relock, WITHDRAW_MARGIN};
 pub(crate) use cleanup::{decide_fixed, find_by_protection, Abandoned, Fixed};
 pub(crate) use contenders::contenders;
 pub use contenders::{list_contenders, roles, Contender, Role};
-pub(crate) use holding::Holding;
+pub(crate) use holding::{delete_stuck, Holding, Stuck};
 
 /// The data our release writes just before deleting a contender node.
 pub(crate) const RELEASE_MARK: &[u8] = b"\x00zk-recipes:released";
