@@ -289,6 +289,28 @@ impl SessionBuilder {
         self
     }
 
+    /// Checks, before connecting, that `path` may hold a recipe in the sessions this builder
+    /// makes: the checks every recipe's constructor makes (a well-formed absolute path, not
+    /// in ZooKeeper's reserved `/zookeeper` tree, judged with the chroot). Nothing is sent: a
+    /// command-line tool can tell a usage error from an unreachable server.
+    ///
+    /// ```
+    /// use zk_recipes::{Error, Session};
+    ///
+    /// let under_app = Session::builder("127.0.0.1:2181").with_chroot("/app");
+    /// assert!(under_app.check_recipe_path("/zookeeper/jobs").is_ok());
+    /// let plain = Session::builder("127.0.0.1:2181");
+    /// assert!(matches!(
+    ///     plain.check_recipe_path("/zookeeper/jobs"),
+    ///     Err(Error::InvalidPath { .. })
+    /// ));
+    /// assert!(matches!(plain.check_recipe_path("jobs"), Err(Error::InvalidPath { .. })));
+    /// ```
+    pub fn check_recipe_path(&self, path: &str) -> Result<()> {
+        let chroot = self.chroot.as_deref().filter(|c| *c != "/");
+        crate::path::validate_recipe_path(path, chroot)
+    }
+
     /// Authenticates with the `digest` scheme as `user:password` (default: no auth).
     pub fn with_digest_auth(
         mut self,
@@ -766,10 +788,14 @@ impl Epoch {
         self.stuck.lock().unwrap().get(path).copied()
     }
 
-    /// Forgets the node noted at `path`: it was deleted after all (the ACL was fixed), or
-    /// is gone, or the node there now is not ours.
-    pub(crate) fn forget_stuck(&self, path: &str) {
-        self.stuck.lock().unwrap().remove(path);
+    /// Forgets the node noted at `path`, made at `czxid`: it was deleted after all (the ACL
+    /// was fixed), or is gone, or the node there now is not ours. A note of another czxid
+    /// (a later node of ours at a shared path, noted meanwhile) stays.
+    pub(crate) fn forget_stuck(&self, path: &str, czxid: Option<i64>) {
+        let mut stuck = self.stuck.lock().unwrap();
+        if matches!(stuck.get(path), Some(noted) if noted.is_none() || *noted == czxid) {
+            stuck.remove(path);
+        }
     }
 
     /// Whether [`note_stuck`](Self::note_stuck) noted `path`: the node made at `czxid`, when

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::zk::{raw, session, session_via_proxy};
+use support::zk::{admin, raw, session, session_via_proxy};
 use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
 use zk_recipes::{zk, Error, ExclusiveLock, FairLock, LossPolicy, RwLock, Semaphore};
 
@@ -15,14 +15,6 @@ async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(15), fut)
         .await
         .unwrap_or_else(|_| panic!("expected {what} within 15 s"))
-}
-
-async fn admin() -> zk::Client {
-    zk::Client::connector()
-        .with_auth("digest", zk_recipes::testing::SUPER_AUTH.as_bytes())
-        .connect(&shared_server().connect_string())
-        .await
-        .expect("connect as the administrator")
 }
 
 /// Another client with a digest identity of its own: a node it makes with `creator_all`
@@ -68,14 +60,30 @@ async fn a_directory_denying_delete(admin: &zk::Client, path: &str) {
 }
 
 /// Given an administrator who makes our fair-lock node read-only (the directory allows
-/// everything), when the guard is relocked, then the relock answers `NoAuth` and the old node
-/// stays, ours: its mark is refused, and it is never deleted plainly, since a plain delete
-/// cannot tell our node from one made at its path by someone else (see the tests below).
-/// Review 22 saw the relock answer `NoAuth` while the background fallback of 3b9c475 deleted
-/// the node anyway; that fallback is gone.
+/// everything), when the guard is relocked, then the relock answers `NoAuth` (its mark is
+/// refused) and the old node stays, ours, until the next `lock()`, which reads it, finds it
+/// still ours, deletes it plainly (the directory allows that) and is granted. Review 22 saw
+/// the relock answer `NoAuth` while the background fallback of 3b9c475 deleted the node anyway
+/// without reading it; that fallback is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relock_of_a_node_made_read_only_answers_no_auth_and_leaves_it() {
-    a_node_made_read_only(ReadOnlyEnd::Relock).await;
+async fn a_relock_of_a_node_made_read_only_answers_no_auth_and_the_next_lock_deletes_it() {
+    a_node_made_read_only(ReadOnlyEnd::Relock, false).await;
+}
+
+/// The same, ended by `release()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_a_node_made_read_only_answers_no_auth_and_the_next_lock_deletes_it() {
+    a_node_made_read_only(ReadOnlyEnd::Release, false).await;
+}
+
+/// The same, but before the next `lock()` an administrator deletes our read-only node and
+/// another client makes one of its own at that name, open to anyone (so that neither a plain
+/// delete nor a marked one would be refused): the `lock()` must not delete it (its czxid is
+/// not the one noted), and is granted once its owner removes it a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_made_at_the_name_of_our_read_only_node_is_not_deleted_by_the_next_lock() {
+    a_node_made_read_only(ReadOnlyEnd::Release, true).await;
+    a_node_made_read_only(ReadOnlyEnd::Relock, true).await;
 }
 
 /// How the guard of a node an administrator made read-only ends.
@@ -87,8 +95,10 @@ enum ReadOnlyEnd {
 
 /// Given an administrator who makes our fair-lock node read-only (its ACL; the directory
 /// allows everything), when the guard ends as `end` says, then it answers `NoAuth` on the
-/// node, the node stays, ours, and the next `lock()` answers `NoAuth` on the directory.
-async fn a_node_made_read_only(end: ReadOnlyEnd) {
+/// node and the node stays, ours. Then the next `lock()` deletes it and is granted; or, when
+/// `replaced`, another client's node now at that name (open to anyone) is left to its owner,
+/// who removes it after a second, and the `lock()` is granted after that.
+async fn a_node_made_read_only(end: ReadOnlyEnd, replaced: bool) {
     let admin = admin().await;
     let dir = unique_root("refused-read-only");
     admin
@@ -118,11 +128,7 @@ async fn a_node_made_read_only(end: ReadOnlyEnd) {
     // A relock's old node is released in the background after its refusal: give it time.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let left = admin.check_stat(&node).await.unwrap();
-    let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
-        .await
-        .map(|r| r.map(drop));
     let ours = s.session_id();
-    s.close().await;
     assert!(
         matches!(&ended, Err(Error::NoAuth { path }) if *path == node),
         "{end:?} answered {ended:?}"
@@ -132,10 +138,50 @@ async fn a_node_made_read_only(end: ReadOnlyEnd) {
         ours,
         "{end:?}: the read-only node must stay, ours"
     );
+    let mut remover = None;
+    if replaced {
+        admin.delete(&node, None).await.unwrap();
+        let other = other_client().await;
+        other
+            .create(
+                &node,
+                b"someone else's",
+                &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .unwrap();
+        remover = Some(tokio::spawn({
+            let node = node.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                // Fails with NoNode if our lock() deleted it.
+                let removed = other.delete(&node, None).await;
+                (other, removed)
+            }
+        }));
+    }
+    let again = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .map(|r| r.map(|g| g.path().to_string()));
+    let removed = match remover {
+        Some(r) => Some(r.await.unwrap().1),
+        None => None,
+    };
+    let now = admin.check_stat(&node).await.unwrap();
+    println!("{end:?} (replaced: {replaced}): the next lock() answered {again:?}; the other client's removal {removed:?}; node now {now:?}");
+    s.close().await;
     assert!(
-        matches!(&again, Ok(Err(Error::NoAuth { path })) if *path == dir),
+        matches!(&again, Ok(Ok(_))),
         "{end:?}: the next lock() behind it answered {again:?}"
     );
+    if replaced {
+        assert!(
+            matches!(removed, Some(Ok(()))),
+            "{end:?}: the other client's node was deleted by us: its owner's delete answered {removed:?}"
+        );
+    } else {
+        assert!(now.is_none(), "{end:?}: our read-only node is still there");
+    }
 }
 
 /// Given a guard that lost its node (an administrator deleted it) and whose path another client
@@ -949,18 +995,6 @@ async fn a_cancelled_acquire_in_a_directory_denying_delete_makes_the_next_lock_n
     s.close().await;
 }
 
-/// Given an administrator who makes our fair-lock node read-only (its ACL; the directory allows
-/// everything), when the guard is released, then the release answers `NoAuth` and the node
-/// stays, ours, until the session ends (its mark is refused, and it is never deleted plainly:
-/// a plain delete cannot tell our node from one made at its path by someone else, see
-/// `tests/refused_deletes.rs`), and the next `lock()` answers `NoAuth` instead of waiting
-/// behind it. Review 21 asked for a plain delete here; review 22 showed that such a fallback
-/// deletes another client's node, and it was taken out again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_made_read_only_is_reported_and_left_never_deleted_plainly() {
-    a_node_made_read_only(ReadOnlyEnd::Release).await;
-}
-
 /// Review 21's probes that held on b2621dc (each asserts): in a directory without DELETE, a
 /// semaphore of 2 with one stuck lease of ours still grants once the other holder goes; a
 /// reader behind our stuck reader is granted, a writer answers NoAuth; a stuck node an
@@ -1105,4 +1139,283 @@ async fn undeletable_nodes_of_ours_fail_only_the_acquires_they_block_for_good() 
     }
     s.close().await;
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+// ------------------------------------------------------------------------- review 24
+
+/// Review 24, attack 1 (two holders): `delete_stuck` deletes a node noted by name (a refused
+/// withdrawal or cleanup: a node that never held the lock, in the middle of the queue) with
+/// the release's MARK. A waiter of another session behind that node takes the mark for a
+/// hand-off (`mark_grants`: "the node held the lock alone, so nothing below it can exist")
+/// and is granted while the real holder, ahead of the withdrawn node, still holds.
+///
+/// Queue: H0 (holder, another session) < S1 (ours, withdrawn, refused: noted by name) < W2
+/// (another session, waiting, watching S1). The administrator gives DELETE back; our next
+/// `try_lock()` runs `delete_stuck(S1)`, and W is granted beside H.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_our_withdrawn_stuck_node_does_not_grant_the_waiter_behind_it() {
+    let mut broken = Vec::new();
+    for how in ["withdrawn", "cancelled"] {
+        broken.extend(stuck_mid_queue_then_acl_fixed(how).await);
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
+/// `Some(what went wrong)` when the waiter behind our node was granted beside the holder.
+async fn stuck_mid_queue_then_acl_fixed(how: &str) -> Option<String> {
+    let admin = admin().await;
+    let dir = unique_root(&format!("r24-mid-queue-{how}"));
+    a_directory_denying_delete(&admin, &dir).await;
+    let h = session().await;
+    let held = within("holder", FairLock::new(&h, &dir).unwrap().lock())
+        .await
+        .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    if how == "withdrawn" {
+        let gave_up = within(
+            "lock_timeout",
+            lock.lock_timeout(Duration::from_millis(700)),
+        )
+        .await
+        .map(drop);
+        println!("{how}: our lock_timeout behind the holder answered {gave_up:?}");
+    } else {
+        let gave_up = tokio::time::timeout(Duration::from_millis(700), lock.lock()).await;
+        assert!(gave_up.is_err(), "the lock was busy");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        children(&admin, &dir).await.len(),
+        2,
+        "{how}: our node stays"
+    );
+    let w = session().await;
+    let waiter = tokio::spawn({
+        let l = FairLock::new(&w, &dir).unwrap();
+        async move { l.lock().await }
+    });
+    let by = std::time::Instant::now() + Duration::from_secs(5);
+    while children(&admin, &dir).await.len() < 3 {
+        assert!(std::time::Instant::now() < by, "the waiter did not queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    admin
+        .set_acl(
+            &dir,
+            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let tried = within("try_lock", lock.try_lock()).await.map(drop);
+    // Give the other session's waiter time to react.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let w_granted = waiter.is_finished();
+    let left = children(&admin, &dir).await;
+    println!(
+        "{how}: our try_lock answered {tried:?}; the holder is lost: {}; the waiter behind our \
+         node finished: {w_granted}; nodes: {left:?}",
+        held.is_lost()
+    );
+    let both = w_granted && !held.is_lost();
+    let w_result = if w_granted {
+        Some(waiter.await.unwrap().map(|g| g.path().to_string()))
+    } else {
+        waiter.abort();
+        None
+    };
+    drop(held);
+    h.close().await;
+    w.close().await;
+    s.close().await;
+    both.then(|| {
+        format!(
+            "{how}: TWO HOLDERS: the holder still holds, and the waiter behind our deleted \
+             stuck node was granted: {w_result:?}"
+        )
+    })
+}
+
+/// Review 24, attack 1 for the read/write lock: a reader of another session holds; our
+/// `write_timeout` gives up (its withdrawal refused: our writer node stays mid-queue, noted by
+/// name); another session's writer waits behind it. Once DELETE is given back, our next
+/// `try_write()` deletes our writer node with the release mark, and the writer behind it must
+/// not take that for a hand-off while the reader holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_our_withdrawn_stuck_writer_does_not_grant_a_writer_beside_a_reader() {
+    let admin = admin().await;
+    let dir = unique_root("r24-mid-queue-rw");
+    a_directory_denying_delete(&admin, &dir).await;
+    let h = session().await;
+    let reader = within("reader", RwLock::new(&h, &dir).unwrap().read())
+        .await
+        .unwrap();
+    let s = session().await;
+    let rw = RwLock::new(&s, &dir).unwrap();
+    let gave_up = within(
+        "write_timeout",
+        rw.write_timeout(Duration::from_millis(700)),
+    )
+    .await
+    .map(drop);
+    println!("our write_timeout behind the reader answered {gave_up:?}");
+    assert_eq!(
+        children(&admin, &dir).await.len(),
+        2,
+        "our writer node stays"
+    );
+    let w = session().await;
+    let writer = tokio::spawn({
+        let l = RwLock::new(&w, &dir).unwrap();
+        async move { l.write().await }
+    });
+    let by = std::time::Instant::now() + Duration::from_secs(5);
+    while children(&admin, &dir).await.len() < 3 {
+        assert!(std::time::Instant::now() < by, "the writer did not queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    admin
+        .set_acl(
+            &dir,
+            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let tried = within("try_write", rw.try_write()).await.map(drop);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let granted = writer.is_finished();
+    let left = children(&admin, &dir).await;
+    println!(
+        "our try_write answered {tried:?}; reader lost: {}; the writer behind our node \
+         finished: {granted}; nodes: {left:?}",
+        reader.is_lost()
+    );
+    let both = granted && !reader.is_lost();
+    if !granted {
+        writer.abort();
+    }
+    drop(reader);
+    h.close().await;
+    w.close().await;
+    s.close().await;
+    assert!(
+        !both,
+        "a WRITER was granted beside a live reader after our withdrawn writer node was deleted"
+    );
+}
+
+/// Review 24 probe (safety, simple lock): our node at the shared path is stuck (directory
+/// without DELETE), an administrator deletes it, and another handle of our own session then
+/// holds the path with a new node. Once DELETE is given back, a third handle's acquire must
+/// not delete that live node (its czxid is not the one noted): it times out, and the guard is
+/// not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_fix_a_live_simple_lock_node_of_ours_remade_at_the_stuck_path_is_left() {
+    let admin = admin().await;
+    let dir = unique_root("r24-simple-remade");
+    a_directory_denying_delete(&admin, &dir).await;
+    let path = format!("{dir}/lock");
+    let s = session().await;
+    let l1 = ExclusiveLock::new(&s, &path).unwrap();
+    let released = within(
+        "release",
+        within("lock", l1.lock()).await.unwrap().release(),
+    )
+    .await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    let stuck = admin.check_stat(&path).await.unwrap().expect("stuck node");
+    admin.delete(&path, None).await.unwrap();
+    let l2 = ExclusiveLock::new(&s, &path).unwrap();
+    let g2 = within("second handle", l2.lock()).await.unwrap();
+    admin
+        .set_acl(
+            &dir,
+            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let l3 = ExclusiveLock::new(&s, &path).unwrap();
+    let tried = within("try_lock", l3.try_lock()).await.map(drop);
+    let timed = within("lock_timeout", l3.lock_timeout(Duration::from_secs(2)))
+        .await
+        .map(drop);
+    let now = admin.check_stat(&path).await.unwrap();
+    println!(
+        "stuck czxid {:#x}; live {:#x}; try_lock {tried:?}; lock_timeout {timed:?}; node now {:?}",
+        stuck.czxid,
+        g2.fencing_token(),
+        now.map(|st| st.czxid)
+    );
+    let lost = g2.is_lost();
+    let fence = g2.fencing_token();
+    g2.release().await.unwrap();
+    s.close().await;
+    assert!(
+        matches!(tried, Err(Error::WouldBlock)),
+        "try_lock: {tried:?}"
+    );
+    assert!(
+        matches!(timed, Err(Error::Timeout)),
+        "lock_timeout: {timed:?}"
+    );
+    assert!(
+        !lost && now.map(|st| st.czxid) == Some(fence),
+        "the live node was touched"
+    );
+}
+
+/// Review 24 probe (liveness): once DELETE is given back, several acquires of our session
+/// started at once behind our stuck node all run `delete_stuck` on it; one deletes it, the
+/// others find it gone, and every one is granted in turn (no `NoAuth`, no hang).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_fix_concurrent_acquires_of_one_session_are_all_granted() {
+    let admin = admin().await;
+    let dir = unique_root("r24-concurrent-after-fix");
+    a_directory_denying_delete(&admin, &dir).await;
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let released = within(
+        "release",
+        within("lock", lock.lock()).await.unwrap().release(),
+    )
+    .await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    admin
+        .set_acl(
+            &dir,
+            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let g = lock.lock_timeout(Duration::from_secs(10)).await?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                g.release().await
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(within("acquire", t).await.unwrap());
+    }
+    let left = children(&admin, &dir).await;
+    println!("outcomes {outcomes:?}; nodes left {left:?}");
+    s.close().await;
+    assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -165,6 +165,11 @@ pub(crate) async fn decide_fixed(session: &Session, epoch: &Epoch, path: &str) -
         // Sent after the create, so it sees what the create did.
         match epoch.check_stat(path).await {
             Ok(None) => return Fixed::Absent,
+            // Not a node of ours whose delete was refused (`Epoch::note_stuck`): that one is
+            // left over, not made by this create, and `holding::delete_stuck` may delete it
+            // (review 24: once its czxid was no longer among the retired claims, it could be
+            // taken for a new guard's node).
+            Ok(Some(stat)) if epoch.is_stuck(path, Some(stat.czxid)) => return Fixed::Busy,
             Ok(Some(stat)) if stat.ephemeral_owner == epoch.session_id => {
                 return if session.claim(stat.czxid) {
                     Fixed::Ours(stat.czxid)

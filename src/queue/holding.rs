@@ -960,16 +960,22 @@ pub(crate) enum Stuck {
 /// Tries once more to delete the node of ours noted as undeletable at `path`, before an
 /// acquire queued behind it answers `NoAuth`: the error tells the user to fix the ACL, and
 /// once it is fixed the next acquire must find out (review 23: the first refusal was final
-/// for the session). The delete is the release's, marked and conditional on the node's
-/// czxid (see [`Check::Czxid`]), so it never deletes a node someone else made at the path
-/// after an administrator deleted ours (review 23: such a node, named as ours, answered a
-/// false `NoAuth`); a node noted by name alone (a refused withdrawal or cleanup) is first
-/// read, and taken as ours only while its owner is our session (another session's node has
-/// another owner, and our session makes no other node of a queue node's name).
+/// for the session). The delete is conditional on the node's czxid, read just before (see
+/// [`Check::Czxid`]); a node noted by name alone (a refused withdrawal or cleanup) is taken
+/// as ours only while its owner is our session (another session's node has another owner,
+/// and our session makes no other node of a queue node's name). So a node someone else made
+/// at the path after an administrator deleted ours is not taken for ours (review 23: it
+/// answered a false `NoAuth`).
 ///
-/// `serialize`: the session whose path serializer the delete takes at a shared path (the
-/// simple lock's), `None` for a queue node.
-pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, serialize: Option<&Session>) -> Stuck {
+/// `shared`: the session whose path serializer the delete takes at a shared path (the
+/// simple lock's). There the delete carries the mark, as the release's does: only our
+/// identity may write our node, so a node another contender made at the path between the
+/// read and the delete is never deleted. A queue node (`None`) is deleted plainly, as its
+/// withdrawal would have been: the mark tells the waiter behind the node that it now holds
+/// alone, which is true only of a holder at the head, and a node noted by a withdrawal or a
+/// cleanup may be in the middle of the queue (review 24: its marked delete granted the
+/// waiter behind it beside the holder).
+pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, shared: Option<&Session>) -> Stuck {
     let backoff = Duration::from_millis(20);
     let czxid = match epoch.stuck_czxid(path) {
         None => return Stuck::No,
@@ -977,7 +983,7 @@ pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, serialize: Option<&S
         Some(None) => match stat_retrying(epoch, path, backoff).await {
             Ok(Some(stat)) if stat.ephemeral_owner == epoch.session_id => stat.czxid,
             Ok(_) => {
-                epoch.forget_stuck(path);
+                epoch.forget_stuck(path, None);
                 return Stuck::No;
             }
             Err(_) => return Stuck::Unknown,
@@ -985,20 +991,10 @@ pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, serialize: Option<&S
     };
     let gate = Mutex::new(false);
     let first = Check::Czxid(czxid);
-    match retrying(
-        epoch,
-        path,
-        czxid,
-        true,
-        Some(czxid),
-        first,
-        &gate,
-        serialize,
-    )
-    .await
-    {
+    let mark = shared.is_some();
+    match retrying(epoch, path, czxid, mark, Some(czxid), first, &gate, shared).await {
         Ok(()) | Err(zk::Error::NoNode) => {
-            epoch.forget_stuck(path);
+            epoch.forget_stuck(path, Some(czxid));
             Stuck::No
         }
         // Noted again, with its czxid (`retrying`).
