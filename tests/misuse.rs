@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+mod support;
+
+use support::zk::{admin, raw, session};
 use zk_recipes::testing::{shared_server, unique_root};
 use zk_recipes::{
     zk, Election, Error, ExclusiveLock, FairLock, Layout, LossReason, RwLock, Semaphore, Session,
@@ -18,26 +21,6 @@ async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     tokio::time::timeout(QUICK, fut)
         .await
         .unwrap_or_else(|_| panic!("expected {what} within {QUICK:?}"))
-}
-
-async fn session() -> Session {
-    within(
-        "a session",
-        Session::builder(shared_server().connect_string())
-            .with_session_timeout(Duration::from_secs(4))
-            .connect(),
-    )
-    .await
-    .expect("connect to the shared test server")
-}
-
-async fn raw() -> zk::Client {
-    within(
-        "a raw client",
-        zk::Client::connect(&shared_server().connect_string()),
-    )
-    .await
-    .expect("raw connect")
 }
 
 /// Every node under `root` (itself included) with its data and ACL: what "ZooKeeper is left as
@@ -1471,14 +1454,6 @@ async fn oversized_node_data_is_refused_before_anything_is_sent() {
 }
 
 /// A client authenticated as ZooKeeper's super user (the harness's servers accept it).
-async fn admin() -> zk::Client {
-    zk::Client::connector()
-        .with_auth("digest", zk_recipes::testing::SUPER_AUTH.as_bytes())
-        .connect(&shared_server().connect_string())
-        .await
-        .expect("connect as the administrator")
-}
-
 /// Given a session whose chroot is `/zookeeper`, when a semaphore is made on `/quota`, then it
 /// is refused (`InvalidPath`) and ZooKeeper's own `/zookeeper/quota` is not written. Review 21
 /// saw the permit count written there: the refusal keyed on "the session has a chroot", not on

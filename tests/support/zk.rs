@@ -33,6 +33,16 @@ pub async fn raw() -> zk::Client {
         .expect("raw connect")
 }
 
+/// A plain `zookeeper-client` on the shared server authenticated as the super user
+/// ([`zk_recipes::testing::SUPER_AUTH`]): an administrator who passes every ACL.
+pub async fn admin() -> zk::Client {
+    zk::Client::connector()
+        .with_auth("digest", zk_recipes::testing::SUPER_AUTH.as_bytes())
+        .connect(&shared_server().connect_string())
+        .await
+        .expect("connect as the administrator")
+}
+
 /// The children of `path` on the shared server (none if it does not exist).
 pub async fn children(path: &str) -> Vec<String> {
     children_on(shared_server(), path).await

@@ -55,7 +55,17 @@ pub async fn run(cli: Cli) -> Outcome {
         Command::Server(_) => unreachable!("zkr server runs without a session"),
     };
     validate_path(path).map_err(|e| Fail::from_error("", e))?;
-    let session = connect(&cli.global, &mut signals).await?;
+    // The paths a recipe will write under (`holders` and `leader` only read): ZooKeeper's
+    // reserved tree is refused here, before connecting, so that the answer is the usage
+    // error's 2 whether or not the server is reachable.
+    let written: &[String] = match &cli.command {
+        Command::Lock(a) => &a.paths,
+        Command::Read(a) | Command::Write(a) => std::slice::from_ref(&a.path),
+        Command::Elect(a) => std::slice::from_ref(&a.path),
+        Command::Revoke(a) => std::slice::from_ref(&a.path),
+        Command::Holders(_) | Command::Leader(_) | Command::Server(_) => &[],
+    };
+    let session = connect(&cli.global, written, &mut signals).await?;
     let outcome = match &cli.command {
         Command::Lock(a) => lock(&session, &cli.global, a, &mut signals).await,
         Command::Holders(a) => show::holders(&session, a).await,
@@ -287,7 +297,13 @@ async fn diagnose(addrs: &[std::net::SocketAddr]) -> String {
 }
 
 /// Connects, or fails with 2 (no address, bad options), 69 (unreachable) or 128+N (a signal).
-pub async fn connect(g: &Global, signals: &mut Signals) -> Result<Session, Fail> {
+/// Connects as `g` says, after checking that each of `recipe_paths` may hold a recipe in
+/// that session (its chroot joined): a usage error (2) before anything is sent.
+pub async fn connect(
+    g: &Global,
+    recipe_paths: &[String],
+    signals: &mut Signals,
+) -> Result<Session, Fail> {
     let raw = g
         .connect
         .as_deref()
@@ -316,6 +332,11 @@ pub async fn connect(g: &Global, signals: &mut Signals) -> Result<Session, Fail>
         .with_loss_policy(g.loss_policy);
     if let Some(chroot) = chroot {
         builder = builder.with_chroot(chroot);
+    }
+    for path in recipe_paths {
+        builder
+            .check_recipe_path(path)
+            .map_err(|e| Fail::from_error("", e))?;
     }
     if let Some((user, password)) = credentials(g)? {
         builder = builder.with_digest_auth(user, password);

@@ -1493,6 +1493,39 @@ fn error_paths_print_a_message_and_the_documented_status() {
             69,
             "cannot resolve the ZooKeeper host name (DNS): no-such-host.invalid:2181",
         ),
+        // ZooKeeper's reserved tree is a usage error found before connecting: 2 even with
+        // no server there (it was 69, the unreachable server's, until the sixth session).
+        (
+            "a lock in the reserved tree, no server",
+            zkr("127.0.0.1:1", &["lock", "/zookeeper/jobs", "--", "true"]),
+            2,
+            "reserved /zookeeper tree",
+        ),
+        (
+            "an election under a chroot of /zookeeper, no server",
+            zkr(
+                "127.0.0.1:1/zookeeper",
+                &["elect", "/quota", "--id", "a", "--", "true"],
+            ),
+            2,
+            "reserved /zookeeper tree",
+        ),
+        (
+            "a second lock path in the reserved tree, no server",
+            zkr(
+                "127.0.0.1:1",
+                &["lock", "/jobs", "/zookeeper", "--", "true"],
+            ),
+            2,
+            "reserved /zookeeper tree",
+        ),
+        // Reading it is allowed: the unreachable server's 69.
+        (
+            "holders of the reserved tree, no server",
+            zkr("127.0.0.1:1", &["holders", "/zookeeper"]),
+            69,
+            "cannot reach ZooKeeper",
+        ),
         (
             "a chroot that does not exist",
             zkr(
