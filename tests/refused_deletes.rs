@@ -1419,3 +1419,343 @@ async fn after_the_fix_concurrent_acquires_of_one_session_are_all_granted() {
     assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
     assert!(left.is_empty(), "{left:?}");
 }
+
+// ------------------------------------------------------------------------- seeded
+
+/// Which lock the seeded schedule takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seeded {
+    Fair,
+    ReadWrite,
+}
+
+/// A guard of either lock.
+enum Held {
+    Lock(zk_recipes::LockGuard),
+    Read(zk_recipes::ReadGuard),
+    Write(zk_recipes::WriteGuard),
+}
+
+impl Held {
+    fn is_lost(&self) -> bool {
+        match self {
+            Held::Lock(g) => g.is_lost(),
+            Held::Read(g) => g.is_lost(),
+            Held::Write(g) => g.is_lost(),
+        }
+    }
+
+    fn writes(&self) -> bool {
+        !matches!(self, Held::Read(_))
+    }
+
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Held::Lock(g) => g.release().await,
+            Held::Read(g) => g.release().await,
+            Held::Write(g) => g.release().await,
+        }
+    }
+}
+
+/// Who holds now (readers, writers), and what went wrong.
+#[derive(Default)]
+struct Book {
+    readers: usize,
+    writers: usize,
+    wrong: Vec<String>,
+    answers: std::collections::BTreeMap<String, usize>,
+}
+
+impl Book {
+    fn granted(&mut self, who: &str, held: &Held) {
+        let (r, w) = (self.readers, self.writers);
+        if w > 0 || (held.writes() && r > 0) {
+            self.wrong.push(format!(
+                "{who} granted ({}) while {r} readers and {w} writers held",
+                if held.writes() { "write" } else { "read" }
+            ));
+        }
+        if held.writes() {
+            self.writers += 1;
+        } else {
+            self.readers += 1;
+        }
+    }
+
+    /// Called before the guard is let go (its node is deleted after this, so nobody can be
+    /// granted in its place before).
+    fn letting_go(&mut self, who: &str, held: &Held) {
+        if held.is_lost() {
+            self.wrong.push(format!(
+                "{who}: a guard was told of a loss (no node was deleted by anyone but us)"
+            ));
+        }
+        if held.writes() {
+            self.writers -= 1;
+        } else {
+            self.readers -= 1;
+        }
+    }
+
+    fn answered<T>(&mut self, who: &str, what: &str, r: &Result<T, Error>) {
+        let key = match r {
+            Ok(_) => format!("{what}: Ok"),
+            Err(e @ (Error::NoAuth { .. } | Error::Timeout | Error::WouldBlock)) => {
+                format!(
+                    "{what}: {}",
+                    format!("{e:?}").split([' ', '(', '{']).next().unwrap()
+                )
+            }
+            Err(e) => {
+                self.wrong.push(format!("{who}: {what} answered {e:?}"));
+                format!("{what}: other")
+            }
+        };
+        *self.answers.entry(key).or_default() += 1;
+    }
+}
+
+/// One acquire of `kind`, as the schedule picks it: timed, tried, or a plain one given up by
+/// dropping its future. `None`: given up.
+async fn seeded_acquire(
+    rng: &mut support::rng::Rng,
+    kind: Seeded,
+    fair: &FairLock,
+    rw: &RwLock,
+) -> (&'static str, Option<Result<Held, Error>>) {
+    let write = kind == Seeded::Fair || rng.chance(50);
+    let how = rng.weighted(&[4, 2, 1]);
+    let bound = rng.ms(20, 400);
+    match (kind, write, how) {
+        (Seeded::Fair, _, 0) => (
+            "lock_timeout",
+            Some(fair.lock_timeout(bound).await.map(Held::Lock)),
+        ),
+        (Seeded::Fair, _, 1) => ("try_lock", Some(fair.try_lock().await.map(Held::Lock))),
+        (Seeded::Fair, _, _) => (
+            "lock dropped",
+            tokio::time::timeout(bound, fair.lock())
+                .await
+                .ok()
+                .map(|r| r.map(Held::Lock)),
+        ),
+        (_, true, 0) => (
+            "write_timeout",
+            Some(rw.write_timeout(bound).await.map(Held::Write)),
+        ),
+        (_, true, 1) => ("try_write", Some(rw.try_write().await.map(Held::Write))),
+        (_, true, _) => (
+            "write dropped",
+            tokio::time::timeout(bound, rw.write())
+                .await
+                .ok()
+                .map(|r| r.map(Held::Write)),
+        ),
+        (_, false, 0) => (
+            "read_timeout",
+            Some(rw.read_timeout(bound).await.map(Held::Read)),
+        ),
+        (_, false, 1) => ("try_read", Some(rw.try_read().await.map(Held::Read))),
+        (_, false, _) => (
+            "read dropped",
+            tokio::time::timeout(bound, rw.read())
+                .await
+                .ok()
+                .map(|r| r.map(Held::Read)),
+        ),
+    }
+}
+
+/// Seeded: three sessions, two actors each, take and let go of one lock of `kind` in random
+/// ways (timed, tried, or given up by dropping the future; then released, dropped, or for the
+/// fair lock relocked) while an administrator flips the directory's ACL between denying DELETE
+/// and allowing everything. Checks: never two holders (nor a writer beside anyone); no guard
+/// told of a loss (nobody but us deletes a node, so a loss means we deleted a live one); only
+/// `Ok`, `NoAuth`, `Timeout` and `WouldBlock` answers; and once DELETE stays allowed, one
+/// acquire per session, all at once, is granted in turn (each deletes its session's stuck
+/// nodes), and the directory is empty once the sessions close.
+async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
+    use std::sync::{Arc, Mutex};
+    println!("{kind:?}: seed {seed} (replay: ZKR_REVIEW_SEED={seed})");
+    let admin = admin().await;
+    let dir = unique_root(&format!("seeded-acl-{kind:?}"));
+    a_directory_denying_delete(&admin, &dir).await;
+    let book = Arc::new(Mutex::new(Book::default()));
+    let mut sessions = Vec::new();
+    let mut actors = Vec::new();
+    for i in 0..3u64 {
+        let s = session().await;
+        for j in 0..2u64 {
+            let (fair, rw) = (
+                FairLock::new(&s, &dir).unwrap(),
+                RwLock::new(&s, &dir).unwrap(),
+            );
+            let book = book.clone();
+            let mut rng = support::rng::Rng::new(seed.wrapping_mul(31).wrapping_add(i * 2 + j));
+            let who = format!("s{i}a{j}");
+            actors.push(tokio::spawn(async move {
+                for _ in 0..steps {
+                    let (what, got) = seeded_acquire(&mut rng, kind, &fair, &rw).await;
+                    let Some(got) = got else { continue };
+                    book.lock().unwrap().answered(&who, what, &got);
+                    let Ok(mut held) = got else {
+                        tokio::time::sleep(rng.ms(0, 50)).await;
+                        continue;
+                    };
+                    book.lock().unwrap().granted(&who, &held);
+                    tokio::time::sleep(rng.ms(0, 30)).await;
+                    if kind == Seeded::Fair && rng.one_in(4) {
+                        book.lock().unwrap().letting_go(&who, &held);
+                        let Held::Lock(g) = held else { unreachable!() };
+                        // Bounded: behind another session's stuck node it waits until that
+                        // session acquires again (only it may delete its node).
+                        let bound = rng.ms(100, 600);
+                        let Ok(again) = tokio::time::timeout(bound, fair.relock(g)).await else {
+                            continue;
+                        };
+                        let again = again.map(Held::Lock);
+                        book.lock().unwrap().answered(&who, "relock", &again);
+                        let Ok(g) = again else { continue };
+                        held = g;
+                        book.lock().unwrap().granted(&who, &held);
+                        tokio::time::sleep(rng.ms(0, 30)).await;
+                    }
+                    book.lock().unwrap().letting_go(&who, &held);
+                    if rng.chance(50) {
+                        drop(held);
+                    } else {
+                        let released = held.release().await;
+                        book.lock().unwrap().answered(&who, "release", &released);
+                    }
+                }
+            }));
+        }
+        sessions.push(s);
+    }
+    let flipper = tokio::spawn({
+        let dir = dir.clone();
+        let admin = admin.clone();
+        let mut rng = support::rng::Rng::new(seed ^ 0x5eed);
+        async move {
+            let mut flips = 0;
+            loop {
+                tokio::time::sleep(rng.ms(50, 400)).await;
+                use zk::Permission as P;
+                let perms = if flips % 2 == 0 {
+                    P::ALL
+                } else {
+                    P::CREATE | P::READ | P::WRITE
+                };
+                admin
+                    .set_acl(&dir, &[zk::Acl::new(perms, zk::AuthId::anyone())], None)
+                    .await
+                    .unwrap();
+                flips += 1;
+            }
+        }
+    });
+    for a in actors {
+        within("the seeded actors", a).await.unwrap();
+    }
+    flipper.abort();
+    let _ = flipper.await;
+    admin
+        .set_acl(
+            &dir,
+            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let before = children(&admin, &dir).await;
+    let last: Vec<_> = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let (fair, book) = (FairLock::new(s, &dir).unwrap(), book.clone());
+            tokio::spawn(async move {
+                let who = format!("s{i} last");
+                let got = fair
+                    .lock_timeout(Duration::from_secs(15))
+                    .await
+                    .map(Held::Lock);
+                book.lock()
+                    .unwrap()
+                    .answered(&who, "last lock_timeout", &got);
+                if let Ok(held) = got {
+                    book.lock().unwrap().granted(&who, &held);
+                    book.lock().unwrap().letting_go(&who, &held);
+                    let released = held.release().await;
+                    book.lock()
+                        .unwrap()
+                        .answered(&who, "last release", &released);
+                }
+            })
+        })
+        .collect();
+    for l in last {
+        within("the last acquires", l).await.unwrap();
+    }
+    let after = children(&admin, &dir).await;
+    for s in &sessions {
+        s.close().await;
+    }
+    let closed = children(&admin, &dir).await;
+    let book = book.lock().unwrap();
+    println!("{kind:?} seed {seed}: answers {:?}; nodes before the last acquires {}, after {}, after close {}", book.answers, before.len(), after.len(), closed.len());
+    let mut wrong = book.wrong.clone();
+    if book
+        .answers
+        .keys()
+        .any(|k| k.starts_with("last") && !k.ends_with("Ok"))
+    {
+        wrong.push(format!(
+            "a last acquire or release (DELETE allowed) failed: {:?}",
+            book.answers
+        ));
+    }
+    if !after.is_empty() {
+        wrong.push(format!(
+            "nodes left after the last acquires, DELETE allowed: {after:?}"
+        ));
+    }
+    if !closed.is_empty() {
+        wrong.push(format!("nodes left after the sessions closed: {closed:?}"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "{kind:?} seed {seed} (replay: ZKR_REVIEW_SEED={seed}): {wrong:#?}"
+    );
+}
+
+fn seeded_seeds() -> Vec<u64> {
+    match std::env::var("ZKR_REVIEW_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(seed) => vec![seed],
+        // Kept seeds and one new one. 2 and 5 found review 24's two holders (the marked
+        // delete of a mid-queue node) when it was put back by hand.
+        None => vec![
+            1,
+            2,
+            5,
+            support::rng::seed_from_env("ZKR_REVIEW_SEED") % 1_000_000,
+        ],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_acl_flips_never_make_two_fair_lock_holders() {
+    for seed in seeded_seeds() {
+        seeded_acl_flips(Seeded::Fair, seed, 12).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_acl_flips_never_make_a_writer_beside_anyone() {
+    for seed in seeded_seeds() {
+        seeded_acl_flips(Seeded::ReadWrite, seed, 12).await;
+    }
+}
