@@ -1427,6 +1427,8 @@ async fn after_the_fix_concurrent_acquires_of_one_session_are_all_granted() {
 enum Seeded {
     Fair,
     ReadWrite,
+    /// A semaphore of two permits.
+    Semaphore,
 }
 
 /// A guard of either lock.
@@ -1434,6 +1436,7 @@ enum Held {
     Lock(zk_recipes::LockGuard),
     Read(zk_recipes::ReadGuard),
     Write(zk_recipes::WriteGuard),
+    Lease(zk_recipes::LockGuard),
 }
 
 impl Held {
@@ -1442,11 +1445,17 @@ impl Held {
             Held::Lock(g) => g.is_lost(),
             Held::Read(g) => g.is_lost(),
             Held::Write(g) => g.is_lost(),
+            Held::Lease(g) => g.is_lost(),
         }
     }
 
-    fn writes(&self) -> bool {
-        !matches!(self, Held::Read(_))
+    fn kind(&self) -> &'static str {
+        match self {
+            Held::Lock(_) => "lock",
+            Held::Read(_) => "read",
+            Held::Write(_) => "write",
+            Held::Lease(_) => "lease",
+        }
     }
 
     async fn release(self) -> Result<(), Error> {
@@ -1454,6 +1463,7 @@ impl Held {
             Held::Lock(g) => g.release().await,
             Held::Read(g) => g.release().await,
             Held::Write(g) => g.release().await,
+            Held::Lease(g) => g.release().await,
         }
     }
 }
@@ -1463,23 +1473,33 @@ impl Held {
 struct Book {
     readers: usize,
     writers: usize,
+    leases: usize,
     wrong: Vec<String>,
     answers: std::collections::BTreeMap<String, usize>,
 }
 
 impl Book {
     fn granted(&mut self, who: &str, held: &Held) {
-        let (r, w) = (self.readers, self.writers);
-        if w > 0 || (held.writes() && r > 0) {
+        let (r, w, l) = (self.readers, self.writers, self.leases);
+        let clash = match held {
+            Held::Lease(_) => l >= 2,
+            Held::Read(_) => w > 0,
+            Held::Lock(_) | Held::Write(_) => w > 0 || r > 0,
+        };
+        if clash {
             self.wrong.push(format!(
-                "{who} granted ({}) while {r} readers and {w} writers held",
-                if held.writes() { "write" } else { "read" }
+                "{who} granted ({}) while {r} readers, {w} writers and {l} leases held",
+                held.kind()
             ));
         }
-        if held.writes() {
-            self.writers += 1;
-        } else {
-            self.readers += 1;
+        *self.count(held) += 1;
+    }
+
+    fn count(&mut self, held: &Held) -> &mut usize {
+        match held {
+            Held::Lease(_) => &mut self.leases,
+            Held::Read(_) => &mut self.readers,
+            Held::Lock(_) | Held::Write(_) => &mut self.writers,
         }
     }
 
@@ -1491,11 +1511,7 @@ impl Book {
                 "{who}: a guard was told of a loss (no node was deleted by anyone but us)"
             ));
         }
-        if held.writes() {
-            self.writers -= 1;
-        } else {
-            self.readers -= 1;
-        }
+        *self.count(held) -= 1;
     }
 
     fn answered<T>(&mut self, who: &str, what: &str, r: &Result<T, Error>) {
@@ -1523,11 +1539,27 @@ async fn seeded_acquire(
     kind: Seeded,
     fair: &FairLock,
     rw: &RwLock,
+    sem: &Semaphore,
 ) -> (&'static str, Option<Result<Held, Error>>) {
     let write = kind == Seeded::Fair || rng.chance(50);
     let how = rng.weighted(&[4, 2, 1]);
     let bound = rng.ms(20, 400);
     match (kind, write, how) {
+        (Seeded::Semaphore, _, 0) => (
+            "acquire_timeout",
+            Some(sem.acquire_timeout(bound).await.map(Held::Lease)),
+        ),
+        (Seeded::Semaphore, _, 1) => (
+            "try_acquire",
+            Some(sem.try_acquire().await.map(Held::Lease)),
+        ),
+        (Seeded::Semaphore, _, _) => (
+            "acquire dropped",
+            tokio::time::timeout(bound, sem.acquire())
+                .await
+                .ok()
+                .map(|r| r.map(Held::Lease)),
+        ),
         (Seeded::Fair, _, 0) => (
             "lock_timeout",
             Some(fair.lock_timeout(bound).await.map(Held::Lock)),
@@ -1587,16 +1619,17 @@ async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
     for i in 0..3u64 {
         let s = session().await;
         for j in 0..2u64 {
-            let (fair, rw) = (
+            let (fair, rw, sem) = (
                 FairLock::new(&s, &dir).unwrap(),
                 RwLock::new(&s, &dir).unwrap(),
+                Semaphore::new(&s, &dir, 2).unwrap(),
             );
             let book = book.clone();
             let mut rng = support::rng::Rng::new(seed.wrapping_mul(31).wrapping_add(i * 2 + j));
             let who = format!("s{i}a{j}");
             actors.push(tokio::spawn(async move {
                 for _ in 0..steps {
-                    let (what, got) = seeded_acquire(&mut rng, kind, &fair, &rw).await;
+                    let (what, got) = seeded_acquire(&mut rng, kind, &fair, &rw, &sem).await;
                     let Some(got) = got else { continue };
                     book.lock().unwrap().answered(&who, what, &got);
                     let Ok(mut held) = got else {
@@ -1673,13 +1706,20 @@ async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let (fair, book) = (FairLock::new(s, &dir).unwrap(), book.clone());
+            let (fair, rw, sem, book) = (
+                FairLock::new(s, &dir).unwrap(),
+                RwLock::new(s, &dir).unwrap(),
+                Semaphore::new(s, &dir, 2).unwrap(),
+                book.clone(),
+            );
             tokio::spawn(async move {
                 let who = format!("s{i} last");
-                let got = fair
-                    .lock_timeout(Duration::from_secs(15))
-                    .await
-                    .map(Held::Lock);
+                let bound = Duration::from_secs(15);
+                let got = match kind {
+                    Seeded::Fair => fair.lock_timeout(bound).await.map(Held::Lock),
+                    Seeded::ReadWrite => rw.write_timeout(bound).await.map(Held::Write),
+                    Seeded::Semaphore => sem.acquire_timeout(bound).await.map(Held::Lease),
+                };
                 book.lock()
                     .unwrap()
                     .answered(&who, "last lock_timeout", &got);
@@ -1736,7 +1776,8 @@ fn seeded_seeds() -> Vec<u64> {
     {
         Some(seed) => vec![seed],
         // Kept seeds and one new one. 2 and 5 found review 24's two holders (the marked
-        // delete of a mid-queue node) when it was put back by hand.
+        // delete of a mid-queue node) when it was put back by hand; 1 and 2 (and 3, 4, 6, 8)
+        // found review 25's semaphore lease kept with that review's fix taken out.
         None => vec![
             1,
             2,
@@ -1754,8 +1795,362 @@ async fn seeded_acl_flips_never_make_two_fair_lock_holders() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_acl_flips_never_make_a_third_lease_of_two() {
+    for seed in seeded_seeds() {
+        seeded_acl_flips(Seeded::Semaphore, seed, 12).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_acl_flips_never_make_a_writer_beside_anyone() {
     for seed in seeded_seeds() {
         seeded_acl_flips(Seeded::ReadWrite, seed, 12).await;
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Review 25: the retried delete of stuck nodes (ca26939, 07c4837).
+
+fn open_to_anyone() -> [zk::Acl; 1] {
+    [zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())]
+}
+
+/// Waits until `dir` has `n` children.
+async fn until_children(admin: &zk::Client, dir: &str, n: usize) {
+    let by = std::time::Instant::now() + Duration::from_secs(10);
+    while children(admin, dir).await.len() < n {
+        assert!(std::time::Instant::now() < by, "{dir}: {n} nodes not seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Review 25, finding (liveness, semaphore): a semaphore of two; our lease stuck (its release
+/// refused by a directory denying DELETE); the administrator gives DELETE back, as the advice
+/// says; another session holds the other permit for as long as it likes. Our next acquire
+/// could delete our stuck lease and take its permit at once, but `blocked_for_good` tries the
+/// delete only when the stuck leases alone fill every permit: one of two is not tried, so
+/// `try_acquire` answers `WouldBlock` (a retry never succeeds while the other holds) and
+/// `acquire_timeout` waits its whole bound, behind a node of ours it could delete. The stuck
+/// lease keeps a permit from every session until ours ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_fix_a_stuck_lease_short_of_the_permits_is_deleted_not_waited_behind() {
+    let admin = admin().await;
+    let dir = unique_root("r25-sem-fixed");
+    a_directory_denying_delete(&admin, &dir).await;
+    let s = session().await;
+    let sem = Semaphore::new(&s, &dir, 2).unwrap();
+    let g = within("acquire", sem.acquire()).await.unwrap();
+    let stuck = g.path().rsplit('/').next().unwrap().to_string();
+    let released = within("release", g.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    let o = session().await;
+    let og = within(
+        "other acquire",
+        Semaphore::new(&o, &dir, 2).unwrap().acquire(),
+    )
+    .await
+    .unwrap();
+    admin.set_acl(&dir, &open_to_anyone(), None).await.unwrap();
+    let tried = within("try_acquire", sem.try_acquire()).await;
+    let left_after_try = children(&admin, &dir).await;
+    let tried = tried.map(|g| g.path().to_string());
+    let timed = within(
+        "acquire_timeout",
+        sem.acquire_timeout(Duration::from_secs(3)),
+    )
+    .await
+    .map(|g| g.path().to_string());
+    let left = children(&admin, &dir).await;
+    println!(
+        "stuck lease {stuck}; try_acquire {tried:?} (nodes then {left_after_try:?}); \
+         acquire_timeout(3 s) {timed:?}; nodes now {left:?}"
+    );
+    drop(og);
+    o.close().await;
+    s.close().await;
+    assert!(
+        tried.is_ok(),
+        "try_acquire answered {tried:?} behind our deletable lease"
+    );
+    assert!(timed.is_ok(), "acquire_timeout answered {timed:?}");
+    assert!(
+        !left.contains(&stuck),
+        "our stuck lease is still there: {left:?}"
+    );
+}
+
+/// Review 25 probe (safety, fair lock): our holder's node made read-only by an administrator
+/// (its marked release refused, noted by czxid) has another session's waiter B behind it.
+/// Our next `lock_timeout` deletes it plainly: B must be granted (it re-lists on the plain
+/// deletion) and ours must wait behind B, not be granted beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_holder_deleted_by_our_next_lock_hands_on_to_the_waiter_behind_it_alone() {
+    let admin = admin().await;
+    let dir = unique_root("r25-ro-holder");
+    admin
+        .create(
+            &dir,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let node = g.path().to_string();
+    let o = session().await;
+    let waiter = tokio::spawn({
+        let l = FairLock::new(&o, &dir).unwrap();
+        async move { l.lock().await }
+    });
+    until_children(&admin, &dir, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    admin
+        .set_acl(
+            &node,
+            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let released = within("release", g.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "setup: B is behind our stuck node");
+    let ours = within("lock_timeout", lock.lock_timeout(Duration::from_secs(3)))
+        .await
+        .map(|g| g.path().to_string());
+    let b = within("B", waiter).await.unwrap();
+    let left = children(&admin, &dir).await;
+    println!(
+        "ours {ours:?}; B {:?}; nodes {left:?}",
+        b.as_ref().map(|g| g.path())
+    );
+    let b_path = b
+        .as_ref()
+        .map(|g| g.path().to_string())
+        .map_err(|e| e.to_string());
+    let b_lost = b.as_ref().map(|g| g.is_lost()).map_err(|e| e.to_string());
+    drop(b);
+    o.close().await;
+    s.close().await;
+    assert!(
+        matches!(ours, Err(Error::Timeout)),
+        "ours beside B: {ours:?}"
+    );
+    assert!(
+        b_path.is_ok() && b_lost == Ok(false),
+        "B: {b_path:?} {b_lost:?}"
+    );
+    assert_eq!(left.len(), 1, "only B's node: {left:?}");
+}
+
+/// Review 25 probe (safety, read/write): our writer made read-only (its release refused) has
+/// another session's reader R and writer W queued behind it, in that order. Our next
+/// `try_read` deletes our writer plainly: R is granted, W is not (R holds), and our
+/// `try_read`, behind W, answers `WouldBlock`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_writer_deleted_by_our_try_read_grants_the_reader_behind_not_the_writer() {
+    let admin = admin().await;
+    let dir = unique_root("r25-ro-writer");
+    admin
+        .create(
+            &dir,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let s = session().await;
+    let rw = RwLock::new(&s, &dir).unwrap();
+    let w = within("write", rw.write()).await.unwrap();
+    let node = w.path().to_string();
+    let o = session().await;
+    let reader = tokio::spawn({
+        let l = RwLock::new(&o, &dir).unwrap();
+        async move { l.read().await }
+    });
+    until_children(&admin, &dir, 2).await;
+    let o2 = session().await;
+    let writer = tokio::spawn({
+        let l = RwLock::new(&o2, &dir).unwrap();
+        async move { l.write().await }
+    });
+    until_children(&admin, &dir, 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    admin
+        .set_acl(
+            &node,
+            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let released = within("release", w.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    let tried = within("try_read", rw.try_read()).await.map(drop);
+    let r = within("R", reader).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let w_done = writer.is_finished();
+    let left = children(&admin, &dir).await;
+    println!(
+        "try_read {tried:?}; R {:?}; W finished {w_done}; nodes {left:?}",
+        r.as_ref().map(|g| g.path())
+    );
+    let r_ok = r.as_ref().is_ok_and(|g| !g.is_lost());
+    drop(r);
+    writer.abort();
+    o.close().await;
+    o2.close().await;
+    s.close().await;
+    assert!(r_ok, "the reader behind our writer was not granted");
+    assert!(!w_done, "the writer was granted beside a reader");
+    assert!(
+        matches!(tried, Err(Error::WouldBlock)),
+        "try_read: {tried:?}"
+    );
+}
+
+/// Review 25 probe (safety, election with the release mark): our leader's node made
+/// read-only (its marked resignation refused); another session's candidate F behind it. A
+/// second candidate of our session deletes our node plainly: F leads, and ours does not lead
+/// beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_leader_deleted_by_our_next_campaign_elects_the_follower_alone() {
+    use zk_recipes::Election;
+    let admin = admin().await;
+    let dir = unique_root("r25-ro-leader");
+    admin
+        .create(
+            &dir,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let s = session().await;
+    let a = Election::new(&s, &dir, "a")
+        .unwrap()
+        .with_release_mark(true);
+    let lead = within("campaign", a.campaign()).await.unwrap();
+    let node = lead.path().to_string();
+    let o = session().await;
+    let follower = tokio::spawn({
+        let e = Election::new(&o, &dir, "f")
+            .unwrap()
+            .with_release_mark(true);
+        async move { e.campaign().await }
+    });
+    until_children(&admin, &dir, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    admin
+        .set_acl(
+            &node,
+            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let resigned = within("resign", lead.resign()).await;
+    assert!(
+        matches!(resigned, Err(Error::NoAuth { .. })),
+        "setup: {resigned:?}"
+    );
+    let b = Election::new(&s, &dir, "b")
+        .unwrap()
+        .with_release_mark(true);
+    let ours = within(
+        "campaign_timeout",
+        b.campaign_timeout(Duration::from_secs(3)),
+    )
+    .await
+    .map(drop);
+    let f = within("F", follower).await.unwrap();
+    let left = children(&admin, &dir).await;
+    println!(
+        "ours {ours:?}; F {:?}; nodes {left:?}",
+        f.as_ref().map(|l| l.path())
+    );
+    let f_ok = f.as_ref().is_ok_and(|l| !l.is_lost());
+    drop(f);
+    o.close().await;
+    s.close().await;
+    assert!(
+        matches!(ours, Err(Error::Timeout)),
+        "ours beside F: {ours:?}"
+    );
+    assert!(f_ok, "F does not lead");
+}
+
+/// Review 25 probe (safety, merged relock): our fair-lock guard's node made read-only, another
+/// session's waiter B behind it; the guard is dropped and `lock()` called at once (the merged
+/// path: its transaction is refused, the old node noted, our node made plainly behind B, then
+/// the old node deleted plainly). B must be granted, and our `lock()` must wait behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_lock_after_a_read_only_guard_waits_behind_the_waiter_it_lets_in() {
+    let admin = admin().await;
+    let dir = unique_root("r25-ro-merged");
+    admin
+        .create(
+            &dir,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let s = session().await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let node = g.path().to_string();
+    let o = session().await;
+    let waiter = tokio::spawn({
+        let l = FairLock::new(&o, &dir).unwrap();
+        async move { l.lock().await }
+    });
+    until_children(&admin, &dir, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    admin
+        .set_acl(
+            &node,
+            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    drop(g);
+    let ours = within(
+        "merged lock",
+        tokio::time::timeout(Duration::from_secs(3), lock.lock()),
+    )
+    .await;
+    let b = within("B", waiter).await.unwrap();
+    let left = children(&admin, &dir).await;
+    let ours = ours.map(|r| r.map(|g| g.path().to_string()));
+    println!(
+        "ours {ours:?}; B {:?}; nodes {left:?}",
+        b.as_ref().map(|g| g.path())
+    );
+    let b_ok = b.as_ref().is_ok_and(|g| !g.is_lost());
+    drop(b);
+    o.close().await;
+    s.close().await;
+    assert!(
+        ours.is_err(),
+        "our merged lock() was granted beside B: {ours:?}"
+    );
+    assert!(b_ok, "B was not granted");
+    assert!(
+        !left.contains(&node.rsplit('/').next().unwrap().to_string()),
+        "old node left: {left:?}"
+    );
 }

@@ -1040,9 +1040,10 @@ impl<'a> Waiter<'a> {
     /// listed again to count them all (review 22: our stuck node behind two waiters of other
     /// sessions, themselves stuck behind it, was out of the window, and we waited for ever).
     ///
-    /// Before it answers yes, the delete of each is tried again ([`delete_stuck`]): the
-    /// `NoAuth` it leads to tells the user to fix the directory's ACL, and once that is done
-    /// the node goes and the wait goes on (review 23). That check also forgets a node that is
+    /// Each one found among our blockers (even fewer than would block us for good) has its
+    /// delete tried again first ([`delete_stuck`]): the `NoAuth` it leads to tells the user to
+    /// fix the directory's ACL, and once that is done the node goes and the wait goes on
+    /// (review 23). That check also forgets a node that is
     /// not ours any more (a listing gives names only). When any went or was forgotten, the
     /// window is dropped and read again ([`Blocked::LookAgain`]).
     async fn blocked_for_good(&mut self) -> Blocked {
@@ -1064,19 +1065,19 @@ impl<'a> Waiter<'a> {
                 .collect()
         };
         let mut found = stuck(&self.lower);
-        if found.len() < needed {
-            // Only where something is noted (review 23: the count is the session's, and every
-            // waiter with a cut window listed its directory again once anything was noted).
-            if !self.cut || !epoch.has_stuck_in(&spec.dir) {
-                return Blocked::No;
-            }
+        // Only where something is noted (review 23: the count is the session's, and every
+        // waiter with a cut window listed its directory again once anything was noted).
+        if found.len() < needed && self.cut && epoch.has_stuck_in(&spec.dir) {
             let Ok((children, _)) = epoch.get_children(&spec.dir).await else {
                 return Blocked::No;
             };
             found = stuck(&members_below(spec, &children, &self.me));
-            if found.len() < needed {
-                return Blocked::No;
-            }
+        }
+        // Fewer than `needed` is not for good, but each is still tried: a semaphore's lease of
+        // ours short of the permits would otherwise keep its permit from everyone until the
+        // session ends, the ACL long fixed (review 25).
+        if found.is_empty() {
+            return Blocked::No;
         }
         let mut still = 0;
         for path in &found {

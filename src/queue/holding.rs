@@ -953,7 +953,7 @@ pub(crate) enum Stuck {
     No,
     /// The delete was refused again: ours, and there until the session ends.
     Yes,
-    /// Not known: the epoch ended meanwhile (and the node with it).
+    /// Not known: the epoch ended meanwhile (and the node with it), or its answer was lost.
     Unknown,
 }
 
@@ -999,7 +999,11 @@ pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, shared: Option<&Sess
         }
         // Noted again, with its czxid (`retrying`).
         Err(zk::Error::NoAuth) => Stuck::Yes,
-        Err(_) => Stuck::Unknown,
+        Err(err) if is_unknown(&err) || epoch.is_over() => Stuck::Unknown,
+        // Not deleted for another reason (a super user who keeps writing the node: ten
+        // `BadVersion`s): it stays for now, as it did before this retry existed (review 25:
+        // `Unknown` here made the simple lock try again at once, over and over).
+        Err(_) => Stuck::Yes,
     }
 }
 
