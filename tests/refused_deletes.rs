@@ -42,6 +42,43 @@ async fn children(client: &zk::Client, path: &str) -> Vec<String> {
     }
 }
 
+/// A directory open to anyone.
+async fn an_open_directory(admin: &zk::Client, path: &str) {
+    admin
+        .create(
+            path,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+}
+
+/// The administrator makes `node` read-only (READ for anyone, nothing else).
+async fn made_read_only(admin: &zk::Client, node: &str) {
+    admin
+        .set_acl(
+            node,
+            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+/// The administrator gives `dir` every permission back (DELETE among them), as a `NoAuth`
+/// error advises.
+async fn delete_given_back(admin: &zk::Client, dir: &str) {
+    admin
+        .set_acl(
+            dir,
+            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+}
+
 /// A directory whose ACL lets anyone create, read and write but not delete.
 async fn a_directory_denying_delete(admin: &zk::Client, path: &str) {
     use zk::Permission as P;
@@ -101,26 +138,12 @@ enum ReadOnlyEnd {
 async fn a_node_made_read_only(end: ReadOnlyEnd, replaced: bool) {
     let admin = admin().await;
     let dir = unique_root("refused-read-only");
-    admin
-        .create(
-            &dir,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
+    an_open_directory(&admin, &dir).await;
     let s = session().await;
     let lock = FairLock::new(&s, &dir).unwrap();
     let g = within("lock", lock.lock()).await.unwrap();
     let node = g.path().to_string();
-    admin
-        .set_acl(
-            &node,
-            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    made_read_only(&admin, &node).await;
     let ended = match end {
         ReadOnlyEnd::Release => within("release", g.release()).await,
         ReadOnlyEnd::Relock => within("relock", lock.relock(g)).await.map(drop),
@@ -746,14 +769,7 @@ async fn after_the_acl_is_fixed(by: StuckBy) {
         matches!(&before, Err(Error::NoAuth { path }) if *path == dir),
         "{by:?}: before the ACL was fixed, the acquire answered {before:?}"
     );
-    admin
-        .set_acl(
-            &dir,
-            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    delete_given_back(&admin, &dir).await;
     let after = acquire().await;
     let left = children(&admin, &dir).await;
     let shown = after.as_ref().map(|(path, _)| path);
@@ -1195,20 +1211,9 @@ async fn stuck_mid_queue_then_acl_fixed(how: &str) -> Option<String> {
         let l = FairLock::new(&w, &dir).unwrap();
         async move { l.lock().await }
     });
-    let by = std::time::Instant::now() + Duration::from_secs(5);
-    while children(&admin, &dir).await.len() < 3 {
-        assert!(std::time::Instant::now() < by, "the waiter did not queue");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_children(&admin, &dir, 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    admin
-        .set_acl(
-            &dir,
-            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    delete_given_back(&admin, &dir).await;
     let tried = within("try_lock", lock.try_lock()).await.map(drop);
     // Give the other session's waiter time to react.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -1271,20 +1276,9 @@ async fn deleting_our_withdrawn_stuck_writer_does_not_grant_a_writer_beside_a_re
         let l = RwLock::new(&w, &dir).unwrap();
         async move { l.write().await }
     });
-    let by = std::time::Instant::now() + Duration::from_secs(5);
-    while children(&admin, &dir).await.len() < 3 {
-        assert!(std::time::Instant::now() < by, "the writer did not queue");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_children(&admin, &dir, 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    admin
-        .set_acl(
-            &dir,
-            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    delete_given_back(&admin, &dir).await;
     let tried = within("try_write", rw.try_write()).await.map(drop);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let granted = writer.is_finished();
@@ -1334,14 +1328,7 @@ async fn after_the_fix_a_live_simple_lock_node_of_ours_remade_at_the_stuck_path_
     admin.delete(&path, None).await.unwrap();
     let l2 = ExclusiveLock::new(&s, &path).unwrap();
     let g2 = within("second handle", l2.lock()).await.unwrap();
-    admin
-        .set_acl(
-            &dir,
-            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    delete_given_back(&admin, &dir).await;
     let l3 = ExclusiveLock::new(&s, &path).unwrap();
     let tried = within("try_lock", l3.try_lock()).await.map(drop);
     let timed = within("lock_timeout", l3.lock_timeout(Duration::from_secs(2)))
@@ -1391,14 +1378,7 @@ async fn after_the_fix_concurrent_acquires_of_one_session_are_all_granted() {
         matches!(released, Err(Error::NoAuth { .. })),
         "setup: {released:?}"
     );
-    admin
-        .set_acl(
-            &dir,
-            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    delete_given_back(&admin, &dir).await;
     let tasks: Vec<_> = (0..4)
         .map(|_| {
             let lock = lock.clone();
@@ -1693,14 +1673,7 @@ async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
     }
     flipper.abort();
     let _ = flipper.await;
-    admin
-        .set_acl(
-            &dir,
-            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    delete_given_back(&admin, &dir).await;
     let before = children(&admin, &dir).await;
     let last: Vec<_> = sessions
         .iter()
@@ -1811,10 +1784,6 @@ async fn seeded_acl_flips_never_make_a_writer_beside_anyone() {
 // ---------------------------------------------------------------------------------------
 // Review 25: the retried delete of stuck nodes (ca26939, 07c4837).
 
-fn open_to_anyone() -> [zk::Acl; 1] {
-    [zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())]
-}
-
 /// Waits until `dir` has `n` children.
 async fn until_children(admin: &zk::Client, dir: &str, n: usize) {
     let by = std::time::Instant::now() + Duration::from_secs(10);
@@ -1853,7 +1822,7 @@ async fn after_the_fix_a_stuck_lease_short_of_the_permits_is_deleted_not_waited_
     )
     .await
     .unwrap();
-    admin.set_acl(&dir, &open_to_anyone(), None).await.unwrap();
+    delete_given_back(&admin, &dir).await;
     let tried = within("try_acquire", sem.try_acquire()).await;
     let left_after_try = children(&admin, &dir).await;
     let tried = tried.map(|g| g.path().to_string());
@@ -1890,14 +1859,7 @@ async fn after_the_fix_a_stuck_lease_short_of_the_permits_is_deleted_not_waited_
 async fn a_read_only_holder_deleted_by_our_next_lock_hands_on_to_the_waiter_behind_it_alone() {
     let admin = admin().await;
     let dir = unique_root("r25-ro-holder");
-    admin
-        .create(
-            &dir,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
+    an_open_directory(&admin, &dir).await;
     let s = session().await;
     let lock = FairLock::new(&s, &dir).unwrap();
     let g = within("lock", lock.lock()).await.unwrap();
@@ -1909,14 +1871,7 @@ async fn a_read_only_holder_deleted_by_our_next_lock_hands_on_to_the_waiter_behi
     });
     until_children(&admin, &dir, 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    admin
-        .set_acl(
-            &node,
-            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    made_read_only(&admin, &node).await;
     let released = within("release", g.release()).await;
     assert!(
         matches!(released, Err(Error::NoAuth { .. })),
@@ -1960,14 +1915,7 @@ async fn a_read_only_holder_deleted_by_our_next_lock_hands_on_to_the_waiter_behi
 async fn a_read_only_writer_deleted_by_our_try_read_grants_the_reader_behind_not_the_writer() {
     let admin = admin().await;
     let dir = unique_root("r25-ro-writer");
-    admin
-        .create(
-            &dir,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
+    an_open_directory(&admin, &dir).await;
     let s = session().await;
     let rw = RwLock::new(&s, &dir).unwrap();
     let w = within("write", rw.write()).await.unwrap();
@@ -1985,14 +1933,7 @@ async fn a_read_only_writer_deleted_by_our_try_read_grants_the_reader_behind_not
     });
     until_children(&admin, &dir, 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    admin
-        .set_acl(
-            &node,
-            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    made_read_only(&admin, &node).await;
     let released = within("release", w.release()).await;
     assert!(
         matches!(released, Err(Error::NoAuth { .. })),
@@ -2030,14 +1971,7 @@ async fn a_read_only_leader_deleted_by_our_next_campaign_elects_the_follower_alo
     use zk_recipes::Election;
     let admin = admin().await;
     let dir = unique_root("r25-ro-leader");
-    admin
-        .create(
-            &dir,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
+    an_open_directory(&admin, &dir).await;
     let s = session().await;
     let a = Election::new(&s, &dir, "a")
         .unwrap()
@@ -2053,14 +1987,7 @@ async fn a_read_only_leader_deleted_by_our_next_campaign_elects_the_follower_alo
     });
     until_children(&admin, &dir, 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    admin
-        .set_acl(
-            &node,
-            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    made_read_only(&admin, &node).await;
     let resigned = within("resign", lead.resign()).await;
     assert!(
         matches!(resigned, Err(Error::NoAuth { .. })),
@@ -2100,14 +2027,7 @@ async fn a_read_only_leader_deleted_by_our_next_campaign_elects_the_follower_alo
 async fn a_merged_lock_after_a_read_only_guard_waits_behind_the_waiter_it_lets_in() {
     let admin = admin().await;
     let dir = unique_root("r25-ro-merged");
-    admin
-        .create(
-            &dir,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
+    an_open_directory(&admin, &dir).await;
     let s = session().await;
     let lock = FairLock::new(&s, &dir).unwrap();
     let g = within("lock", lock.lock()).await.unwrap();
@@ -2119,14 +2039,7 @@ async fn a_merged_lock_after_a_read_only_guard_waits_behind_the_waiter_it_lets_i
     });
     until_children(&admin, &dir, 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    admin
-        .set_acl(
-            &node,
-            &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
+    made_read_only(&admin, &node).await;
     drop(g);
     let ours = within(
         "merged lock",
