@@ -665,8 +665,29 @@ pub(crate) struct Epoch {
     /// when known, which tells our node from another made at its path after it (a shared
     /// path's, or a queue node's that an administrator deleted). `stuck_changed` counts the
     /// changes.
-    stuck: Mutex<std::collections::HashMap<String, Option<i64>>>,
+    stuck: Arc<Mutex<StuckNodes>>,
     stuck_changed: watch::Sender<u64>,
+}
+
+/// Our nodes noted as undeletable, by path (see [`Epoch::note_stuck`]).
+type StuckNodes = std::collections::HashMap<String, Noted>;
+
+/// What [`Epoch::note_stuck`] noted of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Noted {
+    /// Its czxid, when known (`None`: noted by its name alone).
+    pub(crate) czxid: Option<i64>,
+    /// At a path every contender shares (the simple lock's), where only a delete under the
+    /// path's serializer may be tried again; else a queue node's, ours alone.
+    pub(crate) shared: bool,
+}
+
+/// Forgets the note at `path` if it is by name alone or of `czxid` (see
+/// [`Epoch::forget_stuck`]).
+fn forget_stuck(stuck: &mut StuckNodes, path: &str, czxid: Option<i64>) {
+    if matches!(stuck.get(path), Some(noted) if noted.czxid.is_none() || noted.czxid == czxid) {
+        stuck.remove(path);
+    }
 }
 
 impl std::fmt::Debug for Epoch {
@@ -768,9 +789,10 @@ impl Epoch {
     /// `holding::delete_stuck`, which an acquire queued behind it runs first).
     ///
     /// Noted again with the same czxid, nothing changes: waiters are woken only by news.
-    pub(crate) fn note_stuck(&self, path: &str, czxid: Option<i64>) {
-        let before = self.stuck.lock().unwrap().insert(path.to_string(), czxid);
-        if before == Some(czxid) {
+    pub(crate) fn note_stuck(&self, path: &str, czxid: Option<i64>, shared: bool) {
+        let noted = Noted { czxid, shared };
+        let before = self.stuck.lock().unwrap().insert(path.to_string(), noted);
+        if before == Some(noted) {
             return;
         }
         tracing::warn!(
@@ -782,9 +804,8 @@ impl Epoch {
         self.stuck_changed.send_modify(|n| *n += 1);
     }
 
-    /// What [`note_stuck`](Self::note_stuck) noted at `path`: `None` when nothing is noted
-    /// there, `Some(None)` for a node noted by its name alone.
-    pub(crate) fn stuck_czxid(&self, path: &str) -> Option<Option<i64>> {
+    /// What [`note_stuck`](Self::note_stuck) noted at `path`, if anything.
+    pub(crate) fn stuck_note(&self, path: &str) -> Option<Noted> {
         self.stuck.lock().unwrap().get(path).copied()
     }
 
@@ -792,10 +813,21 @@ impl Epoch {
     /// was fixed), or is gone, or the node there now is not ours. A note of another czxid
     /// (a later node of ours at a shared path, noted meanwhile) stays.
     pub(crate) fn forget_stuck(&self, path: &str, czxid: Option<i64>) {
-        let mut stuck = self.stuck.lock().unwrap();
-        if matches!(stuck.get(path), Some(noted) if noted.is_none() || *noted == czxid) {
-            stuck.remove(path);
+        forget_stuck(&mut self.stuck.lock().unwrap(), path, czxid);
+    }
+
+    /// The notes ([`note_stuck`](Self::note_stuck)) of nodes in the directory `dir`; none,
+    /// without a look at the registry, while nothing was ever noted.
+    pub(crate) fn stuck_in(&self, dir: &str) -> Vec<(String, Noted)> {
+        if *self.stuck_changed.borrow() == 0 {
+            return Vec::new();
         }
+        let stuck = self.stuck.lock().unwrap();
+        stuck
+            .iter()
+            .filter(|(path, _)| crate::path::parent(path) == dir)
+            .map(|(path, noted)| (path.clone(), *noted))
+            .collect()
     }
 
     /// Whether [`note_stuck`](Self::note_stuck) noted `path`: the node made at `czxid`, when
@@ -803,8 +835,8 @@ impl Epoch {
     /// from a listing (which gives names, not czxids): `holding::delete_stuck` confirms it is
     /// ours before anyone answers `NoAuth`.
     pub(crate) fn is_stuck(&self, path: &str, czxid: Option<i64>) -> bool {
-        match (self.stuck.lock().unwrap().get(path), czxid) {
-            (Some(Some(noted)), Some(czxid)) => *noted == czxid,
+        match (self.stuck.lock().unwrap().get(path).map(|n| n.czxid), czxid) {
+            (Some(Some(noted)), Some(czxid)) => noted == czxid,
             (Some(_), _) => true,
             (None, _) => false,
         }
@@ -812,11 +844,13 @@ impl Epoch {
 
     /// Whether [`note_stuck`](Self::note_stuck) noted a node in the directory `dir`.
     pub(crate) fn has_stuck_in(&self, dir: &str) -> bool {
-        self.stuck
-            .lock()
-            .unwrap()
-            .keys()
-            .any(|path| crate::path::parent(path) == dir)
+        *self.stuck_changed.borrow() != 0
+            && self
+                .stuck
+                .lock()
+                .unwrap()
+                .keys()
+                .any(|path| crate::path::parent(path) == dir)
     }
 
     /// Tells of every [`note_stuck`](Self::note_stuck) from now on; its value is 0 until the
@@ -1041,11 +1075,31 @@ impl Epoch {
         self.track("get_data_watch", self.client.get_and_watch_data(path))
     }
 
+    /// Lists `path`'s children, queued at call time. A listing that shows a node of ours
+    /// noted as stuck gone (an administrator deleted it, or a retried delete raced a late
+    /// note) forgets it: noted, it would make every later wait in the directory whose window
+    /// is cut list it again, for as long as the session lives (review 26). Only the notes
+    /// made before the listing was queued are judged: such a node was made before, so the
+    /// listing shows it while it exists; a node noted after may have been made after.
     pub(crate) fn get_children(
         &self,
         path: &str,
     ) -> impl Future<Output = ZkResult<(Vec<String>, zk::Stat)>> + Send + 'static {
-        self.track("get_children", self.client.get_children(path))
+        let noted = self.stuck_in(path);
+        let listing = self.track("get_children", self.client.get_children(path));
+        let stuck = (!noted.is_empty()).then(|| self.stuck.clone());
+        async move {
+            let listed = listing.await;
+            if let (Some(stuck), Ok((children, _))) = (stuck, &listed) {
+                let mut stuck = stuck.lock().unwrap();
+                for (node, note) in &noted {
+                    if !children.iter().any(|c| c == crate::path::child_name(node)) {
+                        forget_stuck(&mut stuck, node, note.czxid);
+                    }
+                }
+            }
+            listed
+        }
     }
 
     pub(crate) fn get_and_watch_children<'a>(
@@ -1819,7 +1873,7 @@ impl Shared {
             identity: self.config.identity.clone(),
             user_auth: self.config.auth.is_some(),
             closing: self.shutdown.clone(),
-            stuck: Mutex::default(),
+            stuck: Arc::default(),
             stuck_changed: watch::Sender::new(0),
         });
         epoch.health.answered(Instant::now());

@@ -1409,6 +1409,8 @@ enum Seeded {
     ReadWrite,
     /// A semaphore of two permits.
     Semaphore,
+    /// Review 26: the simple lock (`ExclusiveLock`) at `<dir>/lock`, two handles per session.
+    Simple,
 }
 
 /// A guard of either lock.
@@ -1456,6 +1458,8 @@ struct Book {
     leases: usize,
     wrong: Vec<String>,
     answers: std::collections::BTreeMap<String, usize>,
+    /// Review 26: connections are cut, so `ConnectionLost` is an expected answer.
+    cuts: bool,
 }
 
 impl Book {
@@ -1503,6 +1507,7 @@ impl Book {
                     format!("{e:?}").split([' ', '(', '{']).next().unwrap()
                 )
             }
+            Err(Error::ConnectionLost) if self.cuts => format!("{what}: ConnectionLost"),
             Err(e) => {
                 self.wrong.push(format!("{who}: {what} answered {e:?}"));
                 format!("{what}: other")
@@ -1520,8 +1525,9 @@ async fn seeded_acquire(
     fair: &FairLock,
     rw: &RwLock,
     sem: &Semaphore,
+    simple: &ExclusiveLock,
 ) -> (&'static str, Option<Result<Held, Error>>) {
-    let write = kind == Seeded::Fair || rng.chance(50);
+    let write = matches!(kind, Seeded::Fair | Seeded::Simple) || rng.chance(50);
     let how = rng.weighted(&[4, 2, 1]);
     let bound = rng.ms(20, 400);
     match (kind, write, how) {
@@ -1548,6 +1554,21 @@ async fn seeded_acquire(
         (Seeded::Fair, _, _) => (
             "lock dropped",
             tokio::time::timeout(bound, fair.lock())
+                .await
+                .ok()
+                .map(|r| r.map(Held::Lock)),
+        ),
+        (Seeded::Simple, _, 0) => (
+            "simple lock_timeout",
+            Some(simple.lock_timeout(bound).await.map(Held::Lock)),
+        ),
+        (Seeded::Simple, _, 1) => (
+            "simple try_lock",
+            Some(simple.try_lock().await.map(Held::Lock)),
+        ),
+        (Seeded::Simple, _, _) => (
+            "simple lock dropped",
+            tokio::time::timeout(bound, simple.lock())
                 .await
                 .ok()
                 .map(|r| r.map(Held::Lock)),
@@ -1588,28 +1609,47 @@ async fn seeded_acquire(
 /// acquire per session, all at once, is granted in turn (each deletes its session's stuck
 /// nodes), and the directory is empty once the sessions close.
 async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
+    seeded_acl_flips_cut(kind, seed, steps, false).await
+}
+
+/// `cuts` (review 26): every session goes through a proxy of its own, and a cutter drops one
+/// of them at a random request (before it is forwarded, before or after its reply) every
+/// 30-300 ms while the schedule runs.
+async fn seeded_acl_flips_cut(kind: Seeded, seed: u64, steps: u32, cuts: bool) {
     use std::sync::{Arc, Mutex};
-    println!("{kind:?}: seed {seed} (replay: ZKR_REVIEW_SEED={seed})");
+    println!("{kind:?}: seed {seed} cuts {cuts} (replay: ZKR_REVIEW_SEED={seed})");
     let admin = admin().await;
     let dir = unique_root(&format!("seeded-acl-{kind:?}"));
     a_directory_denying_delete(&admin, &dir).await;
-    let book = Arc::new(Mutex::new(Book::default()));
+    let book = Arc::new(Mutex::new(Book {
+        cuts,
+        ..Book::default()
+    }));
     let mut sessions = Vec::new();
+    let mut proxies = Vec::new();
     let mut actors = Vec::new();
     for i in 0..3u64 {
-        let s = session().await;
+        let s = if cuts {
+            let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+            proxies.push(proxy);
+            s
+        } else {
+            session().await
+        };
         for j in 0..2u64 {
-            let (fair, rw, sem) = (
+            let (fair, rw, sem, simple) = (
                 FairLock::new(&s, &dir).unwrap(),
                 RwLock::new(&s, &dir).unwrap(),
                 Semaphore::new(&s, &dir, 2).unwrap(),
+                ExclusiveLock::new(&s, format!("{dir}/lock")).unwrap(),
             );
             let book = book.clone();
             let mut rng = support::rng::Rng::new(seed.wrapping_mul(31).wrapping_add(i * 2 + j));
             let who = format!("s{i}a{j}");
             actors.push(tokio::spawn(async move {
                 for _ in 0..steps {
-                    let (what, got) = seeded_acquire(&mut rng, kind, &fair, &rw, &sem).await;
+                    let (what, got) =
+                        seeded_acquire(&mut rng, kind, &fair, &rw, &sem, &simple).await;
                     let Some(got) = got else { continue };
                     book.lock().unwrap().answered(&who, what, &got);
                     let Ok(mut held) = got else {
@@ -1668,8 +1708,46 @@ async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
             }
         }
     });
+    let proxies = Arc::new(proxies);
+    let cutter = tokio::spawn({
+        let proxies = proxies.clone();
+        let mut rng = support::rng::Rng::new(seed ^ 0xc075);
+        async move {
+            if proxies.is_empty() {
+                return;
+            }
+            let mut n = 0u32;
+            loop {
+                tokio::time::sleep(rng.ms(30, 300)).await;
+                let p = &proxies[rng.below(proxies.len() as u64) as usize];
+                let k = rng.range(1, 5) as u32;
+                let point = match rng.below(3) {
+                    0 => FaultPoint::BeforeRequest(k),
+                    1 => FaultPoint::BeforeReply(k),
+                    _ => FaultPoint::AfterReply(k),
+                };
+                p.arm(Fault::new(
+                    point,
+                    FaultAction::Cut {
+                        refuse_for: rng.ms(0, 150),
+                    },
+                ));
+                n += 1;
+                let _ = n;
+            }
+        }
+    });
+    let bound = if cuts { 90 } else { 15 };
     for a in actors {
-        within("the seeded actors", a).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(bound), a)
+            .await
+            .unwrap_or_else(|_| panic!("{kind:?} seed {seed}: the seeded actors within {bound} s"))
+            .unwrap();
+    }
+    cutter.abort();
+    let _ = cutter.await;
+    for p in proxies.iter() {
+        p.disarm();
     }
     flipper.abort();
     let _ = flipper.await;
@@ -1679,10 +1757,11 @@ async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let (fair, rw, sem, book) = (
+            let (fair, rw, sem, simple, book) = (
                 FairLock::new(s, &dir).unwrap(),
                 RwLock::new(s, &dir).unwrap(),
                 Semaphore::new(s, &dir, 2).unwrap(),
+                ExclusiveLock::new(s, format!("{dir}/lock")).unwrap(),
                 book.clone(),
             );
             tokio::spawn(async move {
@@ -1692,6 +1771,7 @@ async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
                     Seeded::Fair => fair.lock_timeout(bound).await.map(Held::Lock),
                     Seeded::ReadWrite => rw.write_timeout(bound).await.map(Held::Write),
                     Seeded::Semaphore => sem.acquire_timeout(bound).await.map(Held::Lease),
+                    Seeded::Simple => simple.lock_timeout(bound).await.map(Held::Lock),
                 };
                 book.lock()
                     .unwrap()
@@ -1710,7 +1790,14 @@ async fn seeded_acl_flips(kind: Seeded, seed: u64, steps: u32) {
     for l in last {
         within("the last acquires", l).await.unwrap();
     }
-    let after = children(&admin, &dir).await;
+    // The last acquires try our stuck nodes' deletes again in the background, after their
+    // entry: give those deletes a moment (a cut may hold one up) before calling a node left.
+    let by = std::time::Instant::now() + Duration::from_secs(5);
+    let mut after = children(&admin, &dir).await;
+    while !after.is_empty() && std::time::Instant::now() < by {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        after = children(&admin, &dir).await;
+    }
     for s in &sessions {
         s.close().await;
     }
@@ -2066,4 +2153,198 @@ async fn a_merged_lock_after_a_read_only_guard_waits_behind_the_waiter_it_lets_i
         !left.contains(&node.rsplit('/').next().unwrap().to_string()),
         "old node left: {left:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Review 26: the stuck-node retry (ca26939, 07c4837, 8dc6b21) under connection cuts, and
+// what a note costs once its node is gone.
+
+/// Review 26 probe: the seeded ACL flips of reviews 24/25, with every session behind a proxy
+/// that a cutter drops at random requests (so delete_stuck's read, its delete, the refusal's
+/// stat and every release are cut at times). Same checks: never two holders, a third lease
+/// or a writer beside anyone, no guard told of a loss, nothing left once DELETE stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review26_seeded_acl_flips_with_cuts_fair() {
+    for seed in seeded_seeds() {
+        seeded_acl_flips_cut(Seeded::Fair, seed, 12, true).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review26_seeded_acl_flips_with_cuts_semaphore() {
+    for seed in seeded_seeds() {
+        seeded_acl_flips_cut(Seeded::Semaphore, seed, 12, true).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review26_seeded_acl_flips_with_cuts_read_write() {
+    for seed in seeded_seeds() {
+        seeded_acl_flips_cut(Seeded::ReadWrite, seed, 12, true).await;
+    }
+}
+
+/// Review 26 (cost): our fair-lock node made read-only, its release refused (noted stuck);
+/// then the administrator deletes it (rather than fixing its ACL). The note is never
+/// forgotten (only `delete_stuck` forgets, and it runs only for noted nodes still listed), so
+/// every later contended `lock()` of the session in that directory with a cut window lists
+/// the directory once more per turn (`blocked_for_good`: `cut && has_stuck_in(dir)`).
+/// Compared with the same lock() in a directory where nothing was ever stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review26_a_stuck_note_whose_node_an_admin_deleted_costs_nothing_later() {
+    let admin = admin().await;
+    let mut counts = Vec::new();
+    for stale in [false, true] {
+        let dir = unique_root(&format!("r26-stale-{stale}"));
+        admin
+            .create(
+                &dir,
+                b"",
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .unwrap();
+        let (p, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+        {
+            let l = FairLock::new(&p, &dir).unwrap();
+            let g = within("lock", l.lock()).await.unwrap();
+            let node = g.path().to_string();
+            if stale {
+                admin
+                    .set_acl(
+                        &node,
+                        &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+                admin.delete(&node, None).await.unwrap();
+            } else {
+                g.release().await.unwrap();
+            }
+        }
+        let o1 = session().await;
+        let g1 = within("holder", FairLock::new(&o1, &dir).unwrap().lock())
+            .await
+            .unwrap();
+        let mut others = Vec::new();
+        let mut tasks = Vec::new();
+        for i in 0..2 {
+            let o = session().await;
+            let l = FairLock::new(&o, &dir).unwrap();
+            tasks.push(tokio::spawn(async move {
+                let g = l.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                g.release().await.unwrap();
+            }));
+            others.push(o);
+            while children(&admin, &dir).await.len() < 2 + i {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let before = proxy.requests_forwarded();
+        let ours = tokio::spawn({
+            let l = FairLock::new(&p, &dir).unwrap();
+            async move { l.lock_timeout(Duration::from_secs(20)).await }
+        });
+        while children(&admin, &dir).await.len() < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        g1.release().await.unwrap();
+        let g = within("our lock", ours).await.unwrap().unwrap();
+        let sent = proxy.requests_forwarded() - before;
+        g.release().await.unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for o in others {
+            o.close().await;
+        }
+        o1.close().await;
+        p.close().await;
+        println!("stale note in the directory: {stale}: our contended lock() sent {sent} requests");
+        counts.push(sent);
+    }
+    assert_eq!(
+        counts[0], counts[1],
+        "requests of a contended lock() (no stale note, stale note): {counts:?}"
+    );
+}
+
+/// Review 26 probe: the seeded ACL flips for the simple lock (two handles per session at one
+/// shared path, so delete_stuck's marked delete under the path serializer), without and with
+/// connection cuts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review26_seeded_acl_flips_simple_lock() {
+    for seed in seeded_seeds() {
+        seeded_acl_flips_cut(Seeded::Simple, seed, 12, false).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review26_seeded_acl_flips_with_cuts_simple_lock() {
+    for seed in seeded_seeds() {
+        seeded_acl_flips_cut(Seeded::Simple, seed, 12, true).await;
+    }
+}
+
+/// Given a semaphore lease whose release reaches the server (and deletes the node) but whose
+/// answer is lost in a cut, and an administrator who takes DELETE away from the directory
+/// before the release is tried again: the retry is refused (`NoAuth`: the server checks the
+/// directory's ACL before it looks for the node), and the release must still answer `Ok`, for
+/// it worked. Found by `review26_seeded_acl_flips_with_cuts_semaphore` (a release answered
+/// `LockLost(NodeDeleted)`): the read after a refusal found the node gone and took no account
+/// of the lost answer, as the plain `NoNode` case did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_worked_before_a_cut_is_ok_though_its_retry_is_refused() {
+    let admin = admin().await;
+    let dir = unique_root("cut-then-refused");
+    an_open_directory(&admin, &dir).await;
+    let (p, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    // A lease: released by a plain delete (a marked release's retry starts with the set,
+    // which answers `NoNode` before any ACL is looked at).
+    let g = within("acquire", Semaphore::new(&p, &dir, 2).unwrap().acquire())
+        .await
+        .unwrap();
+    let node = g.path().to_string();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.arm(Fault::new(
+        FaultPoint::BeforeReply(1),
+        FaultAction::Cut {
+            refuse_for: Duration::from_secs(1),
+        },
+    ));
+    let release = tokio::spawn(g.release());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let gone = admin.check_stat(&node).await.unwrap().is_none();
+    a_directory_denies_delete_now(&admin, &dir).await;
+    let released = within("release", release).await.unwrap();
+    println!("node gone before the ACL change: {gone}; the release answered {released:?}");
+    p.close().await;
+    assert!(
+        gone,
+        "setup: the release did not reach the server before the cut"
+    );
+    assert!(
+        released.is_ok(),
+        "a release that deleted our node answered {released:?}"
+    );
+}
+
+/// The administrator takes DELETE away from `dir` (anyone may still create, read and write).
+async fn a_directory_denies_delete_now(admin: &zk::Client, dir: &str) {
+    use zk::Permission as P;
+    admin
+        .set_acl(
+            dir,
+            &[zk::Acl::new(
+                P::CREATE | P::READ | P::WRITE,
+                zk::AuthId::anyone(),
+            )],
+            None,
+        )
+        .await
+        .unwrap();
 }

@@ -283,7 +283,13 @@ async fn attempt(
     epoch: Arc<Epoch>,
     handover: Option<Holding>,
 ) -> Result<Attempt> {
-    let mut waiter = match Waiter::enter(session, spec, epoch, handover).await? {
+    // After the entry, whose listing forgot the notes of nodes gone (`Epoch::get_children`).
+    let noted_here = epoch.has_stuck_in(&spec.dir).then(|| epoch.clone());
+    let entered = Waiter::enter(session, spec, epoch, handover).await;
+    if let Some(epoch) = noted_here {
+        retry_stuck_in_background(session, spec, &epoch);
+    }
+    let mut waiter = match entered? {
         Entered::Queued(w) => w,
         Entered::Done(done) => return Ok(done),
     };
@@ -327,6 +333,27 @@ enum Blocked {
     /// is dropped, to be listed again.
     LookAgain,
     No,
+}
+
+/// Tries again, in the background, the delete of every node of ours in the directory noted
+/// as undeletable ([`delete_stuck`]). `Waiter::blocked_for_good` tries those that block the
+/// waiter, but a node of ours that blocks nobody of ours still blocks others: a lease short
+/// of the permits, a reader when we read, anything when we are granted at once. Left noted,
+/// it kept its permit from every other session until ours ended, the ACL long fixed (review
+/// 26's seeded schedule with cuts). Nothing is looked at, or sent, while nothing is noted in
+/// the directory.
+fn retry_stuck_in_background(session: &Session, spec: &QueueSpec, epoch: &Arc<Epoch>) {
+    let mut noted = epoch.stuck_in(&spec.dir);
+    noted.retain(|(_, noted)| !noted.shared);
+    if noted.is_empty() {
+        return;
+    }
+    let epoch = epoch.clone();
+    session.spawn_tracked(async move {
+        for (path, _) in noted {
+            delete_stuck(&epoch, &path, None).await;
+        }
+    });
 }
 
 /// A contender with a node in the queue, in one epoch.
@@ -589,7 +616,7 @@ impl<'a> Waiter<'a> {
                     let old = refused.get().expect("checked");
                     if let Ok(Some(stat)) = epoch.check_stat(old).await {
                         if Some(stat.czxid) == relocked_czxid {
-                            epoch.note_stuck(old, Some(stat.czxid));
+                            epoch.note_stuck(old, Some(stat.czxid), false);
                         }
                     }
                     continue;
@@ -1183,7 +1210,7 @@ impl<'a> Waiter<'a> {
             Ok(Err(refused)) if !is_unknown(&refused) => {
                 self.pending.disarm();
                 if refused == zk::Error::NoAuth {
-                    self.epoch.note_stuck(&self.my_path, None);
+                    self.epoch.note_stuck(&self.my_path, None, false);
                 }
                 tracing::warn!(node = self.my_path, %refused, "cannot withdraw our contender node; it stays until the session ends");
                 return Error::zk("delete", &self.spec.dir, refused);

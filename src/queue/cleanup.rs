@@ -225,7 +225,7 @@ async fn delete_once(epoch: &Epoch, path: &str) -> Result<()> {
         // stays until the session ends, and an acquire queued behind it is told (review 21:
         // the next `lock()` waited behind it for ever).
         Ok(Err(zk::Error::NoAuth)) => {
-            epoch.note_stuck(path, None);
+            epoch.note_stuck(path, None, false);
             Err(Error::zk("delete", path, zk::Error::NoAuth))
         }
         Ok(Err(err)) => Err(Error::zk("delete", path, err)),

@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 use super::{Granted, WatchFuture, RELEASE_MARK};
 use crate::error::{failure, is_unknown, Error, Failure, LossReason, Result};
 use crate::path::{parent, NodeName};
-use crate::session::{Epoch, GuardCheck, Op, Relocked, Session};
+use crate::session::{Epoch, GuardCheck, Noted, Op, Relocked, Session};
 
 /// The shared state behind every guard: our granted node, its loss signal and its release.
 pub(crate) struct Holding {
@@ -844,7 +844,20 @@ async fn release_retrying(
     gate: &Mutex<bool>,
 ) -> std::result::Result<(), zk::Error> {
     let first = verify.map_or(Check::None, Check::Czxid);
-    retrying(epoch, path, czxid, mark, verify, first, gate, Some(session)).await
+    // A release conditional on its czxid is a shared path's (`Holding::with_shared_path`).
+    let shared = verify.is_some();
+    retrying(
+        epoch,
+        path,
+        czxid,
+        mark,
+        verify,
+        first,
+        gate,
+        Some(session),
+        shared,
+    )
+    .await
 }
 
 /// Deletes the node at the shared `path` only while it is the one created at `czxid` (read
@@ -858,11 +871,23 @@ pub(super) async fn delete_if_czxid(
 ) -> std::result::Result<(), zk::Error> {
     let gate = Mutex::new(false);
     let first = Check::Czxid(czxid);
-    retrying(epoch, path, czxid, true, Some(czxid), first, &gate, None).await
+    retrying(
+        epoch,
+        path,
+        czxid,
+        true,
+        Some(czxid),
+        first,
+        &gate,
+        None,
+        true,
+    )
+    .await
 }
 
 /// `serialize`: the session whose path serializer each attempt at a shared path takes, or
-/// `None` when the caller already holds it.
+/// `None` when the caller already holds it. `shared`: whether `path` is a shared path (the
+/// simple lock's), as a refusal notes it ([`Epoch::note_stuck`]).
 #[allow(clippy::too_many_arguments)]
 async fn retrying(
     epoch: &Epoch,
@@ -873,6 +898,7 @@ async fn retrying(
     first: Check,
     gate: &Mutex<bool>,
     serialize: Option<&Session>,
+    shared: bool,
 ) -> std::result::Result<(), zk::Error> {
     let again_check = verify.map_or(Check::None, Check::Czxid);
     let mut result = release_node(epoch, path, mark, first, gate, serialize).await;
@@ -915,9 +941,14 @@ async fn retrying(
         // lost in a blip left the node un-noted, and the next acquire waited behind it).
         Err(zk::Error::NoAuth) => match stat_retrying(epoch, path, backoff).await? {
             Some(stat) if stat.czxid == czxid => {
-                epoch.note_stuck(path, Some(czxid));
+                epoch.note_stuck(path, Some(czxid), shared);
                 Err(zk::Error::NoAuth)
             }
+            // Gone after an attempt whose answer was lost: it was applied after all, as for
+            // `NoNode` above (the server checks the directory's DELETE before it looks for
+            // the node, so a retry after the ACL changed is refused, not `NoNode`: a seeded
+            // schedule with cuts and ACL flips saw `LockLost` from a release that had worked).
+            _ if unheard => Ok(()),
             _ => Err(zk::Error::NoNode),
         },
         other => other,
@@ -977,10 +1008,15 @@ pub(crate) enum Stuck {
 /// waiter behind it beside the holder).
 pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, shared: Option<&Session>) -> Stuck {
     let backoff = Duration::from_millis(20);
-    let czxid = match epoch.stuck_czxid(path) {
+    let czxid = match epoch.stuck_note(path) {
         None => return Stuck::No,
-        Some(Some(czxid)) => czxid,
-        Some(None) => match stat_retrying(epoch, path, backoff).await {
+        // A shared path's node is deleted only under its serializer, which a queue's caller
+        // does not take (a path that only looks like a queue node's): left as it is.
+        Some(noted) if noted.shared && shared.is_none() => return Stuck::Yes,
+        Some(Noted {
+            czxid: Some(czxid), ..
+        }) => czxid,
+        Some(Noted { czxid: None, .. }) => match stat_retrying(epoch, path, backoff).await {
             Ok(Some(stat)) if stat.ephemeral_owner == epoch.session_id => stat.czxid,
             Ok(_) => {
                 epoch.forget_stuck(path, None);
@@ -992,7 +1028,18 @@ pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, shared: Option<&Sess
     let gate = Mutex::new(false);
     let first = Check::Czxid(czxid);
     let mark = shared.is_some();
-    match retrying(epoch, path, czxid, mark, Some(czxid), first, &gate, shared).await {
+    let retried = retrying(
+        epoch,
+        path,
+        czxid,
+        mark,
+        Some(czxid),
+        first,
+        &gate,
+        shared,
+        shared.is_some(),
+    );
+    match retried.await {
         Ok(()) | Err(zk::Error::NoNode) => {
             epoch.forget_stuck(path, Some(czxid));
             Stuck::No
