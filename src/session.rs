@@ -667,6 +667,10 @@ pub(crate) struct Epoch {
     /// changes.
     stuck: Arc<Mutex<StuckNodes>>,
     stuck_changed: watch::Sender<u64>,
+    /// When each directory's stuck nodes were last tried again in the background
+    /// (`queue::acquire::retry_stuck_in_background`), which runs at most once a second per
+    /// directory.
+    stuck_retried: Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 /// Our nodes noted as undeletable, by path (see [`Epoch::note_stuck`]).
@@ -840,6 +844,29 @@ impl Epoch {
             (Some(_), _) => true,
             (None, _) => false,
         }
+    }
+
+    /// Cancelled when our own `close()` begins: background work that can wait (a scheduled
+    /// retry of stuck nodes) stops then rather than hold the close up.
+    pub(crate) fn closing(&self) -> &CancellationToken {
+        &self.closing
+    }
+
+    /// When the stuck nodes of `dir` are to be tried again in the background: at once, or a
+    /// second after the last time (review 27: every acquire tried every note of the
+    /// directory, three requests each, and each refused acquire added a note, so N acquires
+    /// cost N² requests while the ACL stayed broken); `None` when a retry is already set for
+    /// later (it reads the notes when it runs, so it takes this one's too).
+    pub(crate) fn schedule_stuck_retry(&self, dir: &str) -> Option<Duration> {
+        let now = std::time::Instant::now();
+        let mut retried = self.stuck_retried.lock().unwrap();
+        let at = match retried.get(dir) {
+            Some(at) if *at > now => return None,
+            Some(at) => (*at + Duration::from_secs(1)).max(now),
+            None => now,
+        };
+        retried.insert(dir.to_string(), at);
+        Some(at - now)
     }
 
     /// Whether [`note_stuck`](Self::note_stuck) noted a node in the directory `dir`.
@@ -1875,6 +1902,7 @@ impl Shared {
             closing: self.shutdown.clone(),
             stuck: Arc::default(),
             stuck_changed: watch::Sender::new(0),
+            stuck_retried: Mutex::default(),
         });
         epoch.health.answered(Instant::now());
         *self.current.lock().unwrap() = Some(epoch.clone());

@@ -2348,3 +2348,46 @@ async fn a_directory_denies_delete_now(admin: &zk::Client, dir: &str) {
         .await
         .unwrap();
 }
+
+// Review 27: bfc9833 (listings forget notes of nodes gone, acquires retry our stuck nodes in
+// the background, a refused retry after a lost answer with the node gone is Ok).
+
+/// Review 27 (cost): our fair-lock node stuck in a directory denying DELETE, which stays so.
+/// Each `try_lock()` behind it answers `NoAuth` after `blocked_for_good` tried its delete
+/// once more (read, delete, read). On bfc9833 the attempt also spawns
+/// `retry_stuck_in_background`, whose set holds the same node: the same read, refused delete
+/// and read again, concurrently, for every acquire, while nothing can change. Counted with
+/// every background task settled (requests per try_lock). Each refused try_lock also leaves
+/// its own node stuck (its withdrawal is refused), so on bfc9833 the background set grows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review27_each_try_lock_behind_our_stuck_node_retries_it_once() {
+    let admin = admin().await;
+    let dir = unique_root("r27-cost");
+    a_directory_denying_delete(&admin, &dir).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let lock = FairLock::new(&s, &dir).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let released = within("release", g.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut per_try = Vec::new();
+    for _ in 0..8 {
+        let before = proxy.requests_forwarded();
+        let tried = within("try_lock", lock.try_lock()).await.map(drop);
+        assert!(matches!(&tried, Err(Error::NoAuth { .. })), "{tried:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        per_try.push(proxy.requests_forwarded() - before);
+    }
+    println!("requests per try_lock behind our stuck node (background settled): {per_try:?}");
+    s.close().await;
+    // Each refused try_lock leaves its own node stuck too (its withdrawal is refused), and
+    // the background retry takes every note in the directory: the cost grows with the notes.
+    // On 8dc6b21: [6, 10, 10, 10, ...]; on bfc9833: [9, 17, 20, 22, ...].
+    assert!(
+        per_try.last() <= per_try.get(1),
+        "a try_lock behind our stuck node cost more with every earlier one: {per_try:?}"
+    );
+}

@@ -122,6 +122,9 @@ async fn acquire_after(
     let result =
         tracing::Instrument::instrument(bounded(session, wait, waiter), span.clone()).await;
     span.in_scope(|| crate::observe::acquired(kind, &result, started.elapsed()));
+    if let Ok(granted) = &result {
+        retry_stuck_in_background(session, spec, &granted.epoch);
+    }
     result
 }
 
@@ -283,13 +286,7 @@ async fn attempt(
     epoch: Arc<Epoch>,
     handover: Option<Holding>,
 ) -> Result<Attempt> {
-    // After the entry, whose listing forgot the notes of nodes gone (`Epoch::get_children`).
-    let noted_here = epoch.has_stuck_in(&spec.dir).then(|| epoch.clone());
-    let entered = Waiter::enter(session, spec, epoch, handover).await;
-    if let Some(epoch) = noted_here {
-        retry_stuck_in_background(session, spec, &epoch);
-    }
-    let mut waiter = match entered? {
+    let mut waiter = match Waiter::enter(session, spec, epoch, handover).await? {
         Entered::Queued(w) => w,
         Entered::Done(done) => return Ok(done),
     };
@@ -335,23 +332,32 @@ enum Blocked {
     No,
 }
 
-/// Tries again, in the background, the delete of every node of ours in the directory noted
-/// as undeletable ([`delete_stuck`]). `Waiter::blocked_for_good` tries those that block the
-/// waiter, but a node of ours that blocks nobody of ours still blocks others: a lease short
-/// of the permits, a reader when we read, anything when we are granted at once. Left noted,
-/// it kept its permit from every other session until ours ended, the ACL long fixed (review
-/// 26's seeded schedule with cuts). Nothing is looked at, or sent, while nothing is noted in
-/// the directory.
+/// Once granted, tries again in the background the delete of every node of ours in the
+/// directory noted as undeletable ([`delete_stuck`]). `Waiter::blocked_for_good` tries those
+/// that block a waiter, but a node of ours that blocks nobody of ours still blocks others: a
+/// lease short of the permits, a reader when we read, anything when we are granted at once.
+/// Left noted, it kept its permit from every other session until ours ended, the ACL long
+/// fixed (review 26's seeded schedule with cuts). At most once a second per directory
+/// ([`Epoch::schedule_stuck_retry`]: one asked for within the second runs at its end); nothing
+/// is looked at, or sent, while nothing is noted in the directory.
 fn retry_stuck_in_background(session: &Session, spec: &QueueSpec, epoch: &Arc<Epoch>) {
-    let mut noted = epoch.stuck_in(&spec.dir);
-    noted.retain(|(_, noted)| !noted.shared);
-    if noted.is_empty() {
+    if !epoch.has_stuck_in(&spec.dir) {
         return;
     }
-    let epoch = epoch.clone();
+    let Some(delay) = epoch.schedule_stuck_retry(&spec.dir) else {
+        return;
+    };
+    let (epoch, dir) = (epoch.clone(), spec.dir.clone());
     session.spawn_tracked(async move {
-        for (path, _) in noted {
-            delete_stuck(&epoch, &path, None).await;
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = epoch.lost_token().cancelled() => return,
+            _ = epoch.closing().cancelled() => return,
+        }
+        for (path, noted) in epoch.stuck_in(&dir) {
+            if !noted.shared {
+                delete_stuck(&epoch, &path, None).await;
+            }
         }
     });
 }
