@@ -795,67 +795,89 @@ async fn after_the_acl_is_fixed(by: StuckBy) {
 /// and in one that met one once, in another directory. Prints both; expects them equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contended_lock_costs_the_same_after_a_stuck_node_elsewhere() {
+    let plain = contended_lock_requests(Before::Nothing).await;
+    let after = contended_lock_requests(Before::StuckElsewhere).await;
+    assert_eq!(
+        plain, after,
+        "requests of a contended lock() (nothing stuck, a stuck node elsewhere)"
+    );
+}
+
+/// What our session met before the contended `lock()` that [`contended_lock_requests`]
+/// counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Before {
+    Nothing,
+    /// A node of ours stuck in another directory (its release refused).
+    StuckElsewhere,
+    /// A node of ours in this directory made read-only, its release refused, then deleted by
+    /// an administrator: its note outlives it unless a listing forgets it.
+    StaleNoteHere,
+}
+
+/// The requests our `lock()` sends while it waits behind a holder and two waiters of other
+/// sessions (its window of two cut), after `before`.
+async fn contended_lock_requests(before: Before) -> u64 {
     let admin = admin().await;
-    let mut counts = Vec::new();
-    for stuck_elsewhere in [false, true] {
-        let dir = unique_root(&format!("r23-cost-{stuck_elsewhere}"));
-        let (p, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
-        if stuck_elsewhere {
-            let other_dir = unique_root("r23-cost-stuck");
+    let dir = unique_root(&format!("cost-{before:?}"));
+    an_open_directory(&admin, &dir).await;
+    let (p, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    match before {
+        Before::Nothing => {}
+        Before::StuckElsewhere => {
+            let other_dir = unique_root("cost-stuck");
             a_directory_denying_delete(&admin, &other_dir).await;
             let l = FairLock::new(&p, &other_dir).unwrap();
             let g = within("lock", l.lock()).await.unwrap();
             assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
         }
-        let o1 = session().await;
-        let g1 = within("holder", FairLock::new(&o1, &dir).unwrap().lock())
-            .await
-            .unwrap();
-        let mut others = Vec::new();
-        let mut tasks = Vec::new();
-        for i in 0..2 {
-            let o = session().await;
-            let l = FairLock::new(&o, &dir).unwrap();
-            tasks.push(tokio::spawn(async move {
-                let g = l.lock().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                g.release().await.unwrap();
-            }));
-            others.push(o);
-            while children(&admin, &dir).await.len() < 2 + i {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-        let before = proxy.requests_forwarded();
-        let ours = tokio::spawn({
+        Before::StaleNoteHere => {
             let l = FairLock::new(&p, &dir).unwrap();
-            async move { l.lock_timeout(Duration::from_secs(10)).await }
-        });
-        while children(&admin, &dir).await.len() < 4 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            let g = within("lock", l.lock()).await.unwrap();
+            let node = g.path().to_string();
+            made_read_only(&admin, &node).await;
+            assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
+            admin.delete(&node, None).await.unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        g1.release().await.unwrap();
-        let g = within("our lock", ours).await.unwrap().unwrap();
-        let sent = proxy.requests_forwarded() - before;
-        g.release().await.unwrap();
-        for t in tasks {
-            t.await.unwrap();
-        }
-        for o in others {
-            o.close().await;
-        }
-        o1.close().await;
-        p.close().await;
-        println!(
-            "stuck node elsewhere: {stuck_elsewhere}: our contended lock() sent {sent} requests"
-        );
-        counts.push(sent);
     }
-    assert_eq!(
-        counts[0], counts[1],
-        "requests of a contended lock(): {counts:?}"
-    );
+    let o1 = session().await;
+    let g1 = within("holder", FairLock::new(&o1, &dir).unwrap().lock())
+        .await
+        .unwrap();
+    let mut others = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..2 {
+        let o = session().await;
+        let l = FairLock::new(&o, &dir).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let g = l.lock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            g.release().await.unwrap();
+        }));
+        others.push(o);
+        until_children(&admin, &dir, 2 + i).await;
+    }
+    let sent_before = proxy.requests_forwarded();
+    let ours = tokio::spawn({
+        let l = FairLock::new(&p, &dir).unwrap();
+        async move { l.lock_timeout(Duration::from_secs(20)).await }
+    });
+    until_children(&admin, &dir, 4).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    g1.release().await.unwrap();
+    let g = within("our lock", ours).await.unwrap().unwrap();
+    let sent = proxy.requests_forwarded() - sent_before;
+    g.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for o in others {
+        o.close().await;
+    }
+    o1.close().await;
+    p.close().await;
+    println!("{before:?}: our contended lock() sent {sent} requests");
+    sent
 }
 
 // ------------------------------------------------------------------------- reviews 20 and 21
@@ -2192,84 +2214,11 @@ async fn review26_seeded_acl_flips_with_cuts_read_write() {
 /// Compared with the same lock() in a directory where nothing was ever stuck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review26_a_stuck_note_whose_node_an_admin_deleted_costs_nothing_later() {
-    let admin = admin().await;
-    let mut counts = Vec::new();
-    for stale in [false, true] {
-        let dir = unique_root(&format!("r26-stale-{stale}"));
-        admin
-            .create(
-                &dir,
-                b"",
-                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-            )
-            .await
-            .unwrap();
-        let (p, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
-        {
-            let l = FairLock::new(&p, &dir).unwrap();
-            let g = within("lock", l.lock()).await.unwrap();
-            let node = g.path().to_string();
-            if stale {
-                admin
-                    .set_acl(
-                        &node,
-                        &[zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())],
-                        None,
-                    )
-                    .await
-                    .unwrap();
-                assert!(matches!(g.release().await, Err(Error::NoAuth { .. })));
-                admin.delete(&node, None).await.unwrap();
-            } else {
-                g.release().await.unwrap();
-            }
-        }
-        let o1 = session().await;
-        let g1 = within("holder", FairLock::new(&o1, &dir).unwrap().lock())
-            .await
-            .unwrap();
-        let mut others = Vec::new();
-        let mut tasks = Vec::new();
-        for i in 0..2 {
-            let o = session().await;
-            let l = FairLock::new(&o, &dir).unwrap();
-            tasks.push(tokio::spawn(async move {
-                let g = l.lock().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                g.release().await.unwrap();
-            }));
-            others.push(o);
-            while children(&admin, &dir).await.len() < 2 + i {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-        let before = proxy.requests_forwarded();
-        let ours = tokio::spawn({
-            let l = FairLock::new(&p, &dir).unwrap();
-            async move { l.lock_timeout(Duration::from_secs(20)).await }
-        });
-        while children(&admin, &dir).await.len() < 4 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        g1.release().await.unwrap();
-        let g = within("our lock", ours).await.unwrap().unwrap();
-        let sent = proxy.requests_forwarded() - before;
-        g.release().await.unwrap();
-        for t in tasks {
-            t.await.unwrap();
-        }
-        for o in others {
-            o.close().await;
-        }
-        o1.close().await;
-        p.close().await;
-        println!("stale note in the directory: {stale}: our contended lock() sent {sent} requests");
-        counts.push(sent);
-    }
+    let plain = contended_lock_requests(Before::Nothing).await;
+    let stale = contended_lock_requests(Before::StaleNoteHere).await;
     assert_eq!(
-        counts[0], counts[1],
-        "requests of a contended lock() (no stale note, stale note): {counts:?}"
+        plain, stale,
+        "requests of a contended lock() (no stale note, stale note)"
     );
 }
 
