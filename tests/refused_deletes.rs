@@ -2340,3 +2340,157 @@ async fn review27_each_try_lock_behind_our_stuck_node_retries_it_once() {
         "a try_lock behind our stuck node cost more with every earlier one: {per_try:?}"
     );
 }
+
+// Review 28: the final form of the stuck-node machinery (ca26939..f7ff7d8): the scheduled
+// background retry, and liveness once the ACL is fixed.
+
+/// Review 28, finding (liveness, read/write lock; two sessions): our read node is stuck (its
+/// release refused by a directory denying DELETE). Another session queues a writer behind it,
+/// and we queue a reader behind that writer. The administrator gives DELETE back, as the
+/// `NoAuth` advice says. Our reader waits behind their writer, which waits behind our stuck
+/// reader: our stuck reader is not among the blockers of our reader (readers do not block
+/// readers), so `blocked_for_good` never tries it, and `retry_stuck_in_background` runs only
+/// once granted, which never comes. Both wait until our session ends, the ACL long fixed.
+#[ignore = "open (review 28): our stuck reader is retried only by an acquire of ours that it blocks or that is granted; our reader waits behind their writer, which waits behind it"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review28_our_stuck_reader_behind_their_writer_behind_our_reader_deadlocks() {
+    let admin = admin().await;
+    let dir = unique_root("r28-rw-cycle");
+    a_directory_denying_delete(&admin, &dir).await;
+    let s = session().await;
+    let ours = RwLock::new(&s, &dir).unwrap();
+    let g = within("read", ours.read()).await.unwrap();
+    let stuck = g.path().rsplit('/').next().unwrap().to_string();
+    let released = within("release", g.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    let o = session().await;
+    let theirs = RwLock::new(&o, &dir).unwrap();
+    let writer = tokio::spawn(async move {
+        let w = theirs.write_timeout(Duration::from_secs(20)).await;
+        let got = w.as_ref().map(|_| ()).map_err(|e| format!("{e:?}"));
+        if let Ok(w) = w {
+            let _ = w.release().await;
+        }
+        got
+    });
+    until_children(&admin, &dir, 2).await;
+    delete_given_back(&admin, &dir).await;
+    let started = std::time::Instant::now();
+    let read = ours
+        .read_timeout(Duration::from_secs(10))
+        .await
+        .map(|g| g.path().to_string());
+    let waited = started.elapsed();
+    let left = children(&admin, &dir).await;
+    println!(
+        "stuck reader {stuck}; our read_timeout(10 s) {read:?} after {waited:?}; nodes {left:?}"
+    );
+    s.close().await;
+    let their_write = tokio::time::timeout(Duration::from_secs(25), writer)
+        .await
+        .expect("writer task ends")
+        .unwrap();
+    println!("their write (after our session closed) {their_write:?}");
+    o.close().await;
+    assert!(
+        read.is_ok(),
+        "our read waited {waited:?} behind their writer, itself behind our stuck reader, \
+         the ACL fixed: {read:?}; nodes {left:?}"
+    );
+}
+
+/// Review 28, finding (liveness, multi-lock; two sessions): our fair-lock node in `y` is
+/// stuck (its release refused by `y` denying DELETE). Another session's multi-lock on
+/// `[x, y]` takes `x` and queues in `y` behind our stuck node; our multi-lock on `[x, y]`
+/// queues in `x` behind them. The administrator gives `y` DELETE back. Our multi-lock covers
+/// `y`, yet never reaches it: it waits in `x`, behind a holder waiting behind our node in `y`,
+/// which nothing of ours tries again (a retry runs only in the directory an acquire waits or
+/// is granted in). Both wait until our session ends.
+#[ignore = "open (review 28): a stuck node is retried only by acquires in its own directory; our multi-lock waits in its first path behind theirs, which waits behind our stuck node in the second"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review28_our_multi_lock_waits_behind_theirs_behind_our_stuck_node_in_its_next_path() {
+    let admin = admin().await;
+    let root = unique_root("r28-multi-cycle");
+    an_open_directory(&admin, &root).await;
+    let (x, y) = (format!("{root}/x"), format!("{root}/y"));
+    an_open_directory(&admin, &x).await;
+    a_directory_denying_delete(&admin, &y).await;
+    let s = session().await;
+    let g = within("lock y", FairLock::new(&s, &y).unwrap().lock())
+        .await
+        .unwrap();
+    let stuck = g.path().rsplit('/').next().unwrap().to_string();
+    let released = within("release", g.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    let o = session().await;
+    let theirs = zk_recipes::MultiLock::new(&o, [&x, &y]).unwrap();
+    let other = tokio::spawn(async move {
+        let m = theirs.lock_timeout(Duration::from_secs(25)).await;
+        let got = m.as_ref().map(|_| ()).map_err(|e| format!("{e:?}"));
+        if let Ok(m) = m {
+            let _ = m.release().await;
+        }
+        got
+    });
+    until_children(&admin, &y, 2).await;
+    delete_given_back(&admin, &y).await;
+    let ours = zk_recipes::MultiLock::new(&s, [&x, &y]).unwrap();
+    let started = std::time::Instant::now();
+    let locked = ours.lock_timeout(Duration::from_secs(10)).await.map(drop);
+    let waited = started.elapsed();
+    let left = children(&admin, &y).await;
+    println!("stuck {stuck} in y; our multi lock_timeout(10 s) {locked:?} after {waited:?}; y holds {left:?}");
+    s.close().await;
+    let theirs_got = tokio::time::timeout(Duration::from_secs(30), other)
+        .await
+        .expect("their task ends")
+        .unwrap();
+    println!("their multi-lock (after our session closed) {theirs_got:?}");
+    o.close().await;
+    assert!(
+        locked.is_ok(),
+        "our multi-lock waited {waited:?} in x behind theirs, itself behind our stuck node in \
+         y, y's ACL fixed: {locked:?}; y holds {left:?}"
+    );
+}
+
+/// Review 28 probe (close; held on a02bc04): our read node stuck in a directory denying
+/// DELETE; two readers granted beside it within a second, so the first grant's retry runs at
+/// once and the second's is scheduled a second later. `close()` right after must not wait for
+/// it (35 ms on a02bc04), and nothing is sent after the close.
+#[ignore = "probe (review 28): held in about 13 of 14 runs; one failure's output was not kept, so it is not run in CI until it is understood"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review28_close_with_a_scheduled_stuck_retry_pending_is_prompt() {
+    let admin = admin().await;
+    let dir = unique_root("r28-close");
+    a_directory_denying_delete(&admin, &dir).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let lock = RwLock::new(&s, &dir).unwrap();
+    let g = within("read", lock.read()).await.unwrap();
+    let released = within("release", g.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    // Readers are granted beside our stuck reader: each grant asks for a retry.
+    let g1 = within("read 1", lock.read()).await.unwrap();
+    let g2 = within("read 2", lock.read()).await.unwrap();
+    std::mem::forget(g1);
+    std::mem::forget(g2);
+    let started = std::time::Instant::now();
+    within("close", s.close()).await;
+    let took = started.elapsed();
+    let after = proxy.requests_forwarded();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let later = proxy.requests_forwarded() - after;
+    println!("close() took {took:?}; requests after close: {later}");
+    assert!(took < Duration::from_millis(900), "close() took {took:?}");
+    assert_eq!(later, 0, "requests sent after close()");
+    assert!(children(&admin, &dir).await.is_empty());
+}
