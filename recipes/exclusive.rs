@@ -325,8 +325,13 @@ impl ExclusiveLock {
                 match epoch.check_stat(path).await {
                     Ok(Some(stat)) if stat.ephemeral_owner == 0 => return Err(not_a_lock()),
                     Ok(Some(stat)) if stuck(&epoch, path, &stat) => {
-                        match delete_stuck(&epoch, path, Some(&self.session)).await {
-                            Stuck::Yes => return Err(stuck_error(path)),
+                        match delete_stuck(&epoch, path, Some(self.session.path_serializers()))
+                            .await
+                        {
+                            Stuck::Yes => {
+                                crate::queue::ensure_sweeper(&self.session, &epoch);
+                                return Err(stuck_error(path));
+                            }
                             // Deleted after all (the ACL was fixed): try the create again.
                             Stuck::No | Stuck::Unknown => continue,
                         }
@@ -346,8 +351,11 @@ impl ExclusiveLock {
                 None => continue,
                 Some(stat) if stat.ephemeral_owner == 0 => return Err(not_a_lock()),
                 Some(stat) if stuck(&epoch, path, &stat) => {
-                    match delete_stuck(&epoch, path, Some(&self.session)).await {
-                        Stuck::Yes => return Err(stuck_error(path)),
+                    match delete_stuck(&epoch, path, Some(self.session.path_serializers())).await {
+                        Stuck::Yes => {
+                            crate::queue::ensure_sweeper(&self.session, &epoch);
+                            return Err(stuck_error(path));
+                        }
                         Stuck::No | Stuck::Unknown => continue,
                     }
                 }

@@ -667,10 +667,10 @@ pub(crate) struct Epoch {
     /// changes.
     stuck: Arc<Mutex<StuckNodes>>,
     stuck_changed: watch::Sender<u64>,
-    /// When each directory's stuck nodes were last tried again in the background
-    /// (`queue::acquire::retry_stuck_in_background`), which runs at most once a second per
-    /// directory.
-    stuck_retried: Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// Whether the epoch's sweeper (`queue::sweep`) runs: set and cleared only under the
+    /// `stuck` lock, so that a note is never left with no sweeper (see
+    /// [`start_sweeping`](Self::start_sweeping)).
+    sweeping: std::sync::atomic::AtomicBool,
 }
 
 /// Our nodes noted as undeletable, by path (see [`Epoch::note_stuck`]).
@@ -801,9 +801,9 @@ impl Epoch {
         }
         tracing::warn!(
             node = path,
-            "the server refused to delete our node for lack of permission; an acquire of this \
-             session queued behind it tries the delete once more, and answers NoAuth if it is \
-             refused again"
+            "the server refused to delete our node for lack of permission; it stays until the \
+             directory's ACL lets us delete it (the session tries again once its ACL version \
+             changes) or the session ends"
         );
         self.stuck_changed.send_modify(|n| *n += 1);
     }
@@ -852,21 +852,31 @@ impl Epoch {
         &self.closing
     }
 
-    /// When the stuck nodes of `dir` are to be tried again in the background: at once, or a
-    /// second after the last time (review 27: every acquire tried every note of the
-    /// directory, three requests each, and each refused acquire added a note, so N acquires
-    /// cost N² requests while the ACL stayed broken); `None` when a retry is already set for
-    /// later (it reads the notes when it runs, so it takes this one's too).
-    pub(crate) fn schedule_stuck_retry(&self, dir: &str) -> Option<Duration> {
-        let now = std::time::Instant::now();
-        let mut retried = self.stuck_retried.lock().unwrap();
-        let at = match retried.get(dir) {
-            Some(at) if *at > now => return None,
-            Some(at) => (*at + Duration::from_secs(1)).max(now),
-            None => now,
-        };
-        retried.insert(dir.to_string(), at);
-        Some(at - now)
+    /// Whether a sweeper is to be started for this epoch: some node is noted, and no sweeper
+    /// runs. Marks it running; the caller starts it (`queue::sweep::ensure`).
+    pub(crate) fn start_sweeping(&self) -> bool {
+        if *self.stuck_changed.borrow() == 0 {
+            return false;
+        }
+        let stuck = self.stuck.lock().unwrap();
+        !stuck.is_empty() && !self.sweeping.swap(true, Ordering::AcqRel)
+    }
+
+    /// Every note ([`note_stuck`](Self::note_stuck)), for the sweeper; `None` when none is
+    /// left, and the sweeper is then marked stopped (under the same lock as the registry, so
+    /// a note made after this is seen by [`start_sweeping`](Self::start_sweeping)).
+    pub(crate) fn stuck_or_stop_sweeping(&self) -> Option<Vec<(String, Noted)>> {
+        let stuck = self.stuck.lock().unwrap();
+        if stuck.is_empty() {
+            self.sweeping.store(false, Ordering::Release);
+            return None;
+        }
+        Some(
+            stuck
+                .iter()
+                .map(|(path, noted)| (path.clone(), *noted))
+                .collect(),
+        )
     }
 
     /// Whether [`note_stuck`](Self::note_stuck) noted a node in the directory `dir`.
@@ -1328,6 +1338,35 @@ impl Epoch {
     }
 }
 
+/// One async mutex per simple-lock path of a session (see [`Session::serialize_path`]);
+/// cheap to clone, all clones sharing the mutexes.
+#[derive(Clone, Default)]
+pub(crate) struct PathSerializers(
+    Arc<Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>>,
+);
+
+impl PathSerializers {
+    /// Waits for, and takes, the serializer of `path`.
+    pub(crate) async fn serialize(&self, path: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.mutex(path).lock_owned().await
+    }
+
+    fn mutex(&self, path: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.0.lock().unwrap();
+        if locks.len() > 64 {
+            locks.retain(|_, m| m.strong_count() > 0);
+        }
+        match locks.get(path).and_then(std::sync::Weak::upgrade) {
+            Some(m) => m,
+            None => {
+                let m = Arc::new(tokio::sync::Mutex::new(()));
+                locks.insert(path.to_string(), Arc::downgrade(&m));
+                m
+            }
+        }
+    }
+}
+
 struct Shared {
     config: Config,
     /// The session timeout the server granted to the newest epoch, in milliseconds (0 before
@@ -1343,7 +1382,7 @@ struct Shared {
     /// or a cleanup about to delete the node. See [`Session::claim`].
     claims: Mutex<Claims>,
     /// One async mutex per simple-lock path, see [`Session::serialize_path`].
-    path_locks: Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
+    path_locks: PathSerializers,
     /// Releases parked by dropped guards, one per directory, see [`Session::park`].
     parked: Arc<crate::parking::Table>,
     /// The runtime the session was made on, which runs its supervisor and its client: where
@@ -1451,7 +1490,7 @@ impl Session {
             tracker: TaskTracker::new(),
             shutdown: shutdown.clone(),
             claims: Mutex::new(Default::default()),
-            path_locks: Mutex::new(Default::default()),
+            path_locks: PathSerializers::default(),
             parked: Default::default(),
             home: tokio::runtime::Handle::current(),
         });
@@ -1678,7 +1717,7 @@ impl Session {
     /// by our session and claimed by nobody can only be the orphan of the create whose
     /// outcome is being decided.
     pub(crate) async fn serialize_path(&self, path: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        self.path_mutex(path).lock_owned().await
+        self.shared.path_locks.serialize(path).await
     }
 
     /// [`serialize_path`](Self::serialize_path) without waiting: `None` while something else
@@ -1688,25 +1727,13 @@ impl Session {
         &self,
         path: &str,
     ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        self.path_mutex(path).try_lock_owned().ok()
+        self.shared.path_locks.mutex(path).try_lock_owned().ok()
     }
 
-    fn path_mutex(&self, path: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mutex = {
-            let mut locks = self.shared.path_locks.lock().unwrap();
-            if locks.len() > 64 {
-                locks.retain(|_, m| m.strong_count() > 0);
-            }
-            match locks.get(path).and_then(std::sync::Weak::upgrade) {
-                Some(m) => m,
-                None => {
-                    let m = Arc::new(tokio::sync::Mutex::new(()));
-                    locks.insert(path.to_string(), Arc::downgrade(&m));
-                    m
-                }
-            }
-        };
-        mutex
+    /// The session's path serializers, for background work that must not keep the session
+    /// open as a [`Session`] handle would (the sweeper of stuck nodes, `queue::sweep`).
+    pub(crate) fn path_serializers(&self) -> &PathSerializers {
+        &self.shared.path_locks
     }
 
     /// Parks the release of a dropped guard under `key` (its lock's directory), for an
@@ -1902,7 +1929,7 @@ impl Shared {
             closing: self.shutdown.clone(),
             stuck: Arc::default(),
             stuck_changed: watch::Sender::new(0),
-            stuck_retried: Mutex::default(),
+            sweeping: Default::default(),
         });
         epoch.health.answered(Instant::now());
         *self.current.lock().unwrap() = Some(epoch.clone());

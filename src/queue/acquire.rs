@@ -122,9 +122,6 @@ async fn acquire_after(
     let result =
         tracing::Instrument::instrument(bounded(session, wait, waiter), span.clone()).await;
     span.in_scope(|| crate::observe::acquired(kind, &result, started.elapsed()));
-    if let Ok(granted) = &result {
-        retry_stuck_in_background(session, spec, &granted.epoch);
-    }
     result
 }
 
@@ -286,7 +283,10 @@ async fn attempt(
     epoch: Arc<Epoch>,
     handover: Option<Holding>,
 ) -> Result<Attempt> {
-    let mut waiter = match Waiter::enter(session, spec, epoch, handover).await? {
+    let entered = Waiter::enter(session, spec, epoch.clone(), handover).await;
+    // The merged drop's part may have been refused, its node noted as stuck (`enter`).
+    super::sweep::ensure(session, &epoch);
+    let mut waiter = match entered? {
         Entered::Queued(w) => w,
         Entered::Done(done) => return Ok(done),
     };
@@ -330,36 +330,6 @@ enum Blocked {
     /// is dropped, to be listed again.
     LookAgain,
     No,
-}
-
-/// Once granted, tries again in the background the delete of every node of ours in the
-/// directory noted as undeletable ([`delete_stuck`]). `Waiter::blocked_for_good` tries those
-/// that block a waiter, but a node of ours that blocks nobody of ours still blocks others: a
-/// lease short of the permits, a reader when we read, anything when we are granted at once.
-/// Left noted, it kept its permit from every other session until ours ended, the ACL long
-/// fixed (review 26's seeded schedule with cuts). At most once a second per directory
-/// ([`Epoch::schedule_stuck_retry`]: one asked for within the second runs at its end); nothing
-/// is looked at, or sent, while nothing is noted in the directory.
-fn retry_stuck_in_background(session: &Session, spec: &QueueSpec, epoch: &Arc<Epoch>) {
-    if !epoch.has_stuck_in(&spec.dir) {
-        return;
-    }
-    let Some(delay) = epoch.schedule_stuck_retry(&spec.dir) else {
-        return;
-    };
-    let (epoch, dir) = (epoch.clone(), spec.dir.clone());
-    session.spawn_tracked(async move {
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = epoch.lost_token().cancelled() => return,
-            _ = epoch.closing().cancelled() => return,
-        }
-        for (path, noted) in epoch.stuck_in(&dir) {
-            if !noted.shared {
-                delete_stuck(&epoch, &path, None).await;
-            }
-        }
-    });
 }
 
 /// A contender with a node in the queue, in one epoch.
@@ -1121,6 +1091,9 @@ impl<'a> Waiter<'a> {
                 Stuck::Unknown => return Blocked::No,
             }
         }
+        if still > 0 {
+            super::sweep::ensure(self.session, &self.epoch);
+        }
         if still >= needed {
             Blocked::ForGood
         } else if still < found.len() {
@@ -1217,6 +1190,7 @@ impl<'a> Waiter<'a> {
                 self.pending.disarm();
                 if refused == zk::Error::NoAuth {
                     self.epoch.note_stuck(&self.my_path, None, false);
+                    super::sweep::ensure(self.session, &self.epoch);
                 }
                 tracing::warn!(node = self.my_path, %refused, "cannot withdraw our contender node; it stays until the session ends");
                 return Error::zk("delete", &self.spec.dir, refused);

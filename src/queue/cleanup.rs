@@ -107,6 +107,8 @@ impl Abandoned {
             if let Err(err) = clean(&session, &epoch, target).await {
                 tracing::warn!(%err, "could not delete an abandoned contender node; it goes when the session ends");
             }
+            // A refusal noted the node as stuck (`delete_once`, `holding::retrying`).
+            super::sweep::ensure(&session, &epoch);
         });
     }
 }

@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 use super::{Granted, WatchFuture, RELEASE_MARK};
 use crate::error::{failure, is_unknown, Error, Failure, LossReason, Result};
 use crate::path::{parent, NodeName};
-use crate::session::{Epoch, GuardCheck, Noted, Op, Relocked, Session};
+use crate::session::{Epoch, GuardCheck, Noted, Op, PathSerializers, Relocked, Session};
 
 /// The shared state behind every guard: our granted node, its loss signal and its release.
 pub(crate) struct Holding {
@@ -836,7 +836,7 @@ fn arm_own_watch(epoch: Arc<Epoch>, path: String, czxid: i64, gate: Arc<Mutex<bo
 /// is still the one made at `czxid` (see `retrying`).
 async fn release_retrying(
     session: &Session,
-    epoch: &Epoch,
+    epoch: &Arc<Epoch>,
     path: &str,
     czxid: i64,
     mark: bool,
@@ -846,7 +846,7 @@ async fn release_retrying(
     let first = verify.map_or(Check::None, Check::Czxid);
     // A release conditional on its czxid is a shared path's (`Holding::with_shared_path`).
     let shared = verify.is_some();
-    retrying(
+    let released = retrying(
         epoch,
         path,
         czxid,
@@ -854,10 +854,14 @@ async fn release_retrying(
         verify,
         first,
         gate,
-        Some(session),
+        Some(session.path_serializers()),
         shared,
     )
-    .await
+    .await;
+    if released == Err(zk::Error::NoAuth) {
+        super::sweep::ensure(session, epoch);
+    }
+    released
 }
 
 /// Deletes the node at the shared `path` only while it is the one created at `czxid` (read
@@ -897,7 +901,7 @@ async fn retrying(
     verify: Option<i64>,
     first: Check,
     gate: &Mutex<bool>,
-    serialize: Option<&Session>,
+    serialize: Option<&PathSerializers>,
     shared: bool,
 ) -> std::result::Result<(), zk::Error> {
     let again_check = verify.map_or(Check::None, Check::Czxid);
@@ -1006,7 +1010,11 @@ pub(crate) enum Stuck {
 /// alone, which is true only of a holder at the head, and a node noted by a withdrawal or a
 /// cleanup may be in the middle of the queue (review 24: its marked delete granted the
 /// waiter behind it beside the holder).
-pub(crate) async fn delete_stuck(epoch: &Epoch, path: &str, shared: Option<&Session>) -> Stuck {
+pub(crate) async fn delete_stuck(
+    epoch: &Epoch,
+    path: &str,
+    shared: Option<&PathSerializers>,
+) -> Stuck {
     let backoff = Duration::from_millis(20);
     let czxid = match epoch.stuck_note(path) {
         None => return Stuck::No,
@@ -1083,15 +1091,15 @@ async fn release_node(
     mark: bool,
     check: Check,
     gate: &Mutex<bool>,
-    serialize: Option<&Session>,
+    serialize: Option<&PathSerializers>,
 ) -> std::result::Result<(), zk::Error> {
     // Held from before the read until the write is queued (requests are ordered at call time).
     let mut serial = None;
     let version = match check {
         Check::None => None,
         Check::Czxid(czxid) => {
-            if let Some(session) = serialize {
-                serial = Some(session.serialize_path(path).await);
+            if let Some(serializers) = serialize {
+                serial = Some(serializers.serialize(path).await);
             }
             *gate.lock().unwrap() = true;
             match epoch.check_stat(path).await? {

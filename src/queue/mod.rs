@@ -85,6 +85,7 @@ mod acquire;
 mod cleanup;
 mod contenders;
 mod holding;
+mod sweep;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -102,6 +103,7 @@ pub(crate) use cleanup::{decide_fixed, find_by_protection, Abandoned, Fixed};
 pub(crate) use contenders::contenders;
 pub use contenders::{list_contenders, roles, Contender, Role};
 pub(crate) use holding::{delete_stuck, Holding, Stuck};
+pub(crate) use sweep::ensure as ensure_sweeper;
 
 /// The data our release writes just before deleting a contender node.
 pub(crate) const RELEASE_MARK: &[u8] = b"\x00zk-recipes:released";
