@@ -2598,3 +2598,84 @@ async fn the_sweeper_only_reads_while_the_acl_stays_broken_and_stops_at_close() 
     assert_eq!(later, 0, "requests sent after close()");
     assert!(children(&admin, &dir).await.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------
+// Review 29: the sweeper (d1038d4).
+
+/// Review 29, finding (liveness/cost): our simple-lock node is stuck (a directory denying
+/// DELETE) and the sweeper's first try is refused at ACL versions (dir, 0). The administrator
+/// then deletes our node by hand (leaving the ACL) and our session takes the lock again: a
+/// new node of ours, held, at the same path, also at node ACL version 0. Nothing of ours is
+/// stuck any more, yet the old note stays: the listing shows the name, and the gate skips
+/// `delete_stuck` (which would find the czxid changed and forget it) because the ACL
+/// versions read are those of the old refusal. The sweeper sends two `exists` a second for
+/// as long as the path is held. Fixed: the sweeper reads a simple-lock node's czxid when the
+/// directory changed, and forgets a note of another node (1 request in the 3 s after).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review29_a_note_of_our_replaced_simple_lock_node_keeps_the_sweeper_running() {
+    let admin = admin().await;
+    let dir = unique_root("r29-stale-simple");
+    a_directory_denying_delete(&admin, &dir).await;
+    let path = format!("{dir}/lock");
+    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let lock = ExclusiveLock::new(&s, &path).unwrap();
+    let g = within("lock", lock.lock()).await.unwrap();
+    let released = within("release", g.release()).await;
+    assert!(
+        matches!(released, Err(Error::NoAuth { .. })),
+        "setup: {released:?}"
+    );
+    // The sweeper's first pass (a second after the note) is refused.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    admin.delete(&path, None).await.unwrap();
+    let g2 = within("lock again", lock.lock()).await.unwrap();
+    // The sweeper lists the directory (its children changed) and goes on.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = proxy.requests_forwarded();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = proxy.requests_forwarded() - before;
+    println!("{idle} requests in 3 s with our guard held and nothing of ours stuck");
+    drop(g2);
+    s.close().await;
+    assert!(
+        idle <= 1,
+        "nothing of ours is stuck, yet {idle} requests were sent in 3 s (the sweeper kept a \
+         note of a node gone, replaced by a live one of ours at its path)"
+    );
+}
+
+/// Review 29, finding (cost): `n` simple-lock nodes of ours stuck in one directory denying
+/// DELETE. While nothing changes, the sweeper reads each node (`exists`) every second on top
+/// of the directory: the idle cost grows with the number of notes (one directory read a
+/// second for one note, n + 1 for n). Fixed: a simple-lock node is read when its directory
+/// changed, and every ten seconds else (3 requests in the 3 s after, 21 before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review29_the_sweepers_idle_cost_grows_with_stuck_simple_lock_nodes() {
+    let admin = admin().await;
+    let dir = unique_root("r29-cost-simple");
+    a_directory_denying_delete(&admin, &dir).await;
+    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    for i in 0..6 {
+        let lock = ExclusiveLock::new(&s, format!("{dir}/lock-{i}")).unwrap();
+        let g = within("lock", lock.lock()).await.unwrap();
+        let released = within("release", g.release()).await;
+        assert!(
+            matches!(released, Err(Error::NoAuth { .. })),
+            "setup: {released:?}"
+        );
+    }
+    // Past the first pass, which tries each delete once.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let before = proxy.requests_forwarded();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = proxy.requests_forwarded() - before;
+    println!(
+        "sweeper: {idle} requests in 3 s idle with 6 stuck simple-lock nodes in one directory"
+    );
+    s.close().await;
+    assert!(
+        idle <= 5,
+        "the sweeper sent {idle} requests in 3 s while nothing changed (6 notes in one \
+         directory; 1..=5 with one note)"
+    );
+}

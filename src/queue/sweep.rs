@@ -22,14 +22,20 @@
 //!   the notes of nodes gone ([`Epoch::get_children`]);
 //! * a node whose ACL versions are those of its last refusal is left alone: the server would
 //!   refuse it again. A queue node's delete needs DELETE on the directory only; the simple
-//!   lock's marked delete also WRITE on the node, whose own version it reads too;
+//!   lock's marked delete also WRITE on the node, whose own version (and czxid: another node
+//!   at the path is not the one noted) it reads when the directory changed, and every ten
+//!   seconds else;
 //! * any other is deleted again ([`delete_stuck`], conditional on its czxid, as an acquire
 //!   does; a node gone or not ours is forgotten there), and on refusal its ACL versions are
 //!   kept.
 //!
-//! So while the ACL stays broken the sweeper costs one `exists` a second per directory (and
-//! per simple-lock node), however many nodes are noted in it, and a listing when its children
-//! change; a node goes within about a second of its ACL being fixed.
+//! So while the ACL stays broken the sweeper costs one `exists` a second per directory, however
+//! many nodes are noted in it (and one every ten seconds per simple-lock node), and a listing
+//! when its children change; a node goes within about a second of its directory's ACL being
+//! fixed (within ten, of a simple-lock node's own). Left: a queue node noted by name whose
+//! node an administrator deleted, and at whose exact name (our protection id and sequence
+//! number) another client then made one, stays noted while that node lives, for one `exists`
+//! a second; nothing is deleted (`delete_stuck` reads the owner first).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -63,16 +69,29 @@ pub(crate) fn ensure(session: &Session, epoch: &Arc<Epoch>) {
 /// node only, whose marked delete needs WRITE on it; 0 for a queue node).
 type AclVersions = (i32, i32);
 
+/// How many passes a simple-lock node's own ACL version may go unread while its directory
+/// shows no change (review 29: one read a second per such node made the idle cost grow with
+/// the notes).
+const NODE_READ_EVERY: u64 = 10;
+
+/// What the sweeper knows of a node refused at `acl`.
+struct Refused {
+    acl: AclVersions,
+    /// The directory's ACL and child versions when the node was last read, and the pass.
+    dir_seen: (i32, i32),
+    read_at: u64,
+}
+
 async fn sweep(epoch: &Epoch, serializers: &PathSerializers) {
-    let mut refused_at: HashMap<String, AclVersions> = HashMap::new();
+    let mut refused: HashMap<String, Refused> = HashMap::new();
     // Each directory's child version at its last listing.
     let mut listed_at: HashMap<String, i32> = HashMap::new();
-    loop {
+    for pass in 0u64.. {
         tokio::time::sleep(PERIOD).await;
         let Some(notes) = epoch.stuck_or_stop_sweeping() else {
             return;
         };
-        refused_at.retain(|path, _| notes.iter().any(|(noted, _)| noted == path));
+        refused.retain(|path, _| notes.iter().any(|(noted, _)| noted == path));
         let mut by_dir: BTreeMap<&str, Vec<&(String, Noted)>> = BTreeMap::new();
         for note in &notes {
             by_dir
@@ -93,6 +112,7 @@ async fn sweep(epoch: &Epoch, serializers: &PathSerializers) {
                 }
                 Err(_) => continue,
             };
+            let dir_seen = (dir_stat.aversion, dir_stat.cversion);
             // Children came or went: a listing forgets the notes of nodes gone
             // (`Epoch::get_children`); without READ on the directory they stay noted, and
             // `delete_stuck` finds them gone when their ACL version says to try.
@@ -105,26 +125,54 @@ async fn sweep(epoch: &Epoch, serializers: &PathSerializers) {
                 if epoch.stuck_note(path) != Some(*noted) {
                     continue;
                 }
-                let node_acl = if noted.shared {
+                let known = refused.get_mut(path);
+                let node_acl = if !noted.shared {
+                    0
+                } else if let Some(known) = known.filter(|known| {
+                    known.dir_seen == dir_seen && pass - known.read_at < NODE_READ_EVERY
+                }) {
+                    known.acl.1
+                } else {
+                    // The node itself: its ACL version, and whether it is still the one
+                    // noted. Another node at the path (an administrator deleted ours; we or
+                    // someone else made one there since) is not ours to try: forgotten, or
+                    // the gate, equal versions and all, kept the sweeper going for as long
+                    // as that node lived (review 29).
                     match epoch.check_stat(path).await {
-                        Ok(Some(stat)) => stat.aversion,
-                        // Gone, or not ours: `delete_stuck` forgets it.
-                        Ok(None) => -1,
+                        Ok(Some(stat))
+                            if stat.ephemeral_owner == epoch.session_id
+                                && noted.czxid.is_none_or(|czxid| czxid == stat.czxid) =>
+                        {
+                            if let Some(known) = refused.get_mut(path) {
+                                (known.dir_seen, known.read_at) = (dir_seen, pass);
+                            }
+                            stat.aversion
+                        }
+                        Ok(_) => {
+                            epoch.forget_stuck(path, noted.czxid);
+                            continue;
+                        }
                         Err(_) => continue,
                     }
-                } else {
-                    0
                 };
                 let acl = (dir_stat.aversion, node_acl);
-                if refused_at.get(path) == Some(&acl) {
+                if refused.get(path).is_some_and(|known| known.acl == acl) {
                     continue;
                 }
                 match delete_stuck(epoch, path, noted.shared.then_some(serializers)).await {
                     Stuck::Yes => {
-                        refused_at.insert(path.clone(), acl);
+                        let read_at = pass;
+                        refused.insert(
+                            path.clone(),
+                            Refused {
+                                acl,
+                                dir_seen,
+                                read_at,
+                            },
+                        );
                     }
                     Stuck::No | Stuck::Unknown => {
-                        refused_at.remove(path);
+                        refused.remove(path);
                     }
                 }
             }
