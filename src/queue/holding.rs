@@ -607,6 +607,8 @@ impl Holding {
         let task = async move {
             let result =
                 release_retrying(&session, &epoch, &path, czxid, mark, verify, &gate).await;
+            // Refused: the node stays (noted as stuck), and its own-node watch with it.
+            let stays = result == Err(zk::Error::NoAuth);
             lost.cancel();
             if let Some(czxid) = unclaim {
                 session.unclaim(czxid);
@@ -621,10 +623,16 @@ impl Holding {
             // probes of `examples/bench_election`), and on a 2-core machine it competed
             // with the server for the CPU. Our write used up the own-node watch before its
             // reply came (the server sends a write's notifications first); a watch handed
-            // back unfired (a parked release's, or a failed release's) is used up here.
+            // back unfired (a parked release's, or a failed release's) is used up here;
+            // not a refused release's, whose node stays: its watch fires only when the node
+            // goes, and waiting for it (2 s at most) held `close()` up for as long
+            // (review 31: a guard dropped while the session closed, its release refused).
             stop.cancel();
             if let Some(monitor) = monitor {
-                use_up_own_watch(monitor.await.ok().flatten()).await;
+                let own = monitor.await.ok().flatten();
+                if !stays {
+                    use_up_own_watch(own).await;
+                }
             }
         };
         self.session
@@ -690,12 +698,17 @@ impl Holding {
             let failed = !matches!(result, Ok(Relocked::Made(..)));
             // The waiter settles the new node; a dropped waiter's node is its `Abandoned`'s.
             let _ = tx.send(result);
+            let mut stays = false;
             if failed {
                 let released =
                     release_retrying(&session, &epoch, &path, czxid, mark, None, &gate).await;
+                stays = released == Err(zk::Error::NoAuth);
                 log_unheard_release(&path, &released);
             }
-            use_up_own_watch(own).await;
+            // As in `start_release`: a refused release's node stays, and its watch unfired.
+            if !stays {
+                use_up_own_watch(own).await;
+            }
             lost.cancel();
         };
         self.session

@@ -114,12 +114,29 @@ async fn sweep(epoch: &Epoch, serializers: &PathSerializers) {
             };
             let dir_seen = (dir_stat.aversion, dir_stat.cversion);
             // Children came or went: a listing forgets the notes of nodes gone
-            // (`Epoch::get_children`); without READ on the directory they stay noted, and
-            // `delete_stuck` finds them gone when their ACL version says to try.
-            if listed_at.get(dir) != Some(&dir_stat.cversion)
-                && epoch.get_children(dir).await.is_ok()
-            {
-                listed_at.insert(dir.to_string(), dir_stat.cversion);
+            // (`Epoch::get_children`). Without READ on the directory, each noted node is read
+            // instead (`exists` needs no permission), and forgotten if gone or not ours:
+            // else, the gate skipping it, its note stayed for as long as the session lived,
+            // and the sweeper with it (review 31).
+            if listed_at.get(dir) != Some(&dir_stat.cversion) {
+                // Whether every note of the directory was judged (else it is tried again at
+                // the next pass).
+                let mut judged = epoch.get_children(dir).await.is_ok();
+                if !judged {
+                    judged = true;
+                    for (path, noted) in &notes {
+                        match epoch.check_stat(path).await {
+                            Ok(Some(stat))
+                                if stat.ephemeral_owner == epoch.session_id
+                                    && noted.czxid.is_none_or(|czxid| czxid == stat.czxid) => {}
+                            Ok(_) => epoch.forget_stuck(path, noted.czxid),
+                            Err(_) => judged = false,
+                        }
+                    }
+                }
+                if judged {
+                    listed_at.insert(dir.to_string(), dir_stat.cversion);
+                }
             }
             for (path, noted) in notes {
                 if epoch.stuck_note(path) != Some(*noted) {
