@@ -7,15 +7,12 @@ mod support;
 
 use std::time::Duration;
 
+use support::acl::{
+    a_directory_denying_delete, an_open_directory, children, delete_given_back, deny_delete, within,
+};
 use support::zk::{admin, raw, session, session_via_proxy};
 use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
 use zk_recipes::{zk, Error, ExclusiveLock, FairLock, LossPolicy, RwLock, Semaphore};
-
-async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(15), fut)
-        .await
-        .unwrap_or_else(|_| panic!("expected {what} within 15 s"))
-}
 
 /// Another client with a digest identity of its own: a node it makes with `creator_all`
 /// (plus READ for anyone) is writable by it alone.
@@ -34,26 +31,6 @@ fn others_acl() -> Vec<zk::Acl> {
     ]
 }
 
-async fn children(client: &zk::Client, path: &str) -> Vec<String> {
-    match client.list_children(path).await {
-        Ok(c) => c,
-        Err(zk::Error::NoNode) => Vec::new(),
-        Err(e) => panic!("list {path}: {e}"),
-    }
-}
-
-/// A directory open to anyone.
-async fn an_open_directory(admin: &zk::Client, path: &str) {
-    admin
-        .create(
-            path,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
-}
-
 /// The administrator makes `node` read-only (READ for anyone, nothing else).
 async fn made_read_only(admin: &zk::Client, node: &str) {
     admin
@@ -64,47 +41,6 @@ async fn made_read_only(admin: &zk::Client, node: &str) {
         )
         .await
         .unwrap();
-}
-
-/// The administrator gives `dir` every permission back (DELETE among them), as a `NoAuth`
-/// error advises.
-async fn delete_given_back(admin: &zk::Client, dir: &str) {
-    admin
-        .set_acl(
-            dir,
-            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
-}
-
-/// A directory whose ACL lets anyone create, read and write but not delete.
-async fn a_directory_denying_delete(admin: &zk::Client, path: &str) {
-    use zk::Permission as P;
-    let acl = [zk::Acl::new(
-        P::CREATE | P::READ | P::WRITE,
-        zk::AuthId::anyone(),
-    )];
-    admin
-        .create(
-            path,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl)),
-        )
-        .await
-        .unwrap();
-}
-
-/// The administrator sets `dir`'s ACL again, still denying DELETE: its ACL version changes,
-/// nothing else.
-async fn a_directory_denying_delete_again(admin: &zk::Client, dir: &str) {
-    use zk::Permission as P;
-    let acl = [zk::Acl::new(
-        P::CREATE | P::READ | P::WRITE,
-        zk::AuthId::anyone(),
-    )];
-    admin.set_acl(dir, &acl, None).await.unwrap();
 }
 
 /// Given an administrator who makes our fair-lock node read-only (the directory allows
@@ -2279,7 +2215,7 @@ async fn a_release_that_worked_before_a_cut_is_ok_though_its_retry_is_refused() 
     let release = tokio::spawn(g.release());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let gone = admin.check_stat(&node).await.unwrap().is_none();
-    a_directory_denies_delete_now(&admin, &dir).await;
+    deny_delete(&admin, &dir).await;
     let released = within("release", release).await.unwrap();
     println!("node gone before the ACL change: {gone}; the release answered {released:?}");
     p.close().await;
@@ -2291,22 +2227,6 @@ async fn a_release_that_worked_before_a_cut_is_ok_though_its_retry_is_refused() 
         released.is_ok(),
         "a release that deleted our node answered {released:?}"
     );
-}
-
-/// The administrator takes DELETE away from `dir` (anyone may still create, read and write).
-async fn a_directory_denies_delete_now(admin: &zk::Client, dir: &str) {
-    use zk::Permission as P;
-    admin
-        .set_acl(
-            dir,
-            &[zk::Acl::new(
-                P::CREATE | P::READ | P::WRITE,
-                zk::AuthId::anyone(),
-            )],
-            None,
-        )
-        .await
-        .unwrap();
 }
 
 // Review 27: bfc9833 (listings forget notes of nodes gone, acquires retry our stuck nodes in
@@ -2572,7 +2492,7 @@ async fn the_sweeper_only_reads_while_the_acl_stays_broken_and_stops_at_close() 
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = proxy.requests_forwarded() - before;
     // A change of the directory's ACL (DELETE still denied) makes it try the delete again.
-    a_directory_denying_delete_again(&admin, &dir).await;
+    deny_delete(&admin, &dir).await;
     let before = proxy.requests_forwarded();
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let after_change = proxy.requests_forwarded() - before;

@@ -5,58 +5,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::acl::{a_directory_denying_delete, children, delete_given_back, deny_delete, within};
 use support::zk::{admin, session_via_proxy};
 use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
 use zk_recipes::{zk, Error, FairLock, LossPolicy, Session, SessionEvent};
-
-async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(15), fut)
-        .await
-        .unwrap_or_else(|_| panic!("expected {what} within 15 s"))
-}
-
-async fn children(client: &zk::Client, path: &str) -> Vec<String> {
-    match client.list_children(path).await {
-        Ok(c) => c,
-        Err(zk::Error::NoNode) => Vec::new(),
-        Err(e) => panic!("list {path}: {e}"),
-    }
-}
-
-fn denying_delete() -> Vec<zk::Acl> {
-    use zk::Permission as P;
-    vec![zk::Acl::new(
-        P::CREATE | P::READ | P::WRITE,
-        zk::AuthId::anyone(),
-    )]
-}
-
-async fn a_directory_denying_delete(admin: &zk::Client, path: &str) {
-    let acl = denying_delete();
-    admin
-        .create(
-            path,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl)),
-        )
-        .await
-        .unwrap();
-}
-
-async fn a_directory_denying_delete_again(admin: &zk::Client, dir: &str) {
-    admin.set_acl(dir, &denying_delete(), None).await.unwrap();
-}
-
-async fn delete_given_back(admin: &zk::Client, dir: &str) {
-    admin
-        .set_acl(
-            dir,
-            &[zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
-            None,
-        )
-        .await
-        .unwrap();
-}
 
 /// Takes a fair lock in `dir` (denying DELETE) and releases it: the release is refused, our
 /// node stays, noted as stuck, and the sweeper starts.
@@ -202,7 +154,7 @@ async fn close_while_a_sweeper_pass_is_held_is_prompt() {
     a_stuck_node(&s, &dir).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // Make the sweeper try the delete again, and hold its requests from the next on.
-    a_directory_denying_delete_again(&admin, &dir).await;
+    deny_delete(&admin, &dir).await;
     proxy.arm(Fault::new(
         FaultPoint::BeforeRequest(1),
         FaultAction::Stall(Duration::from_secs(6)),

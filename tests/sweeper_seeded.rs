@@ -23,20 +23,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::acl::{an_open_directory, children};
 use support::zk::{admin, session_via_proxy};
 use zk_recipes::testing::{shared_server, unique_root, FaultProxy};
 use zk_recipes::{
     zk, Error, ExclusiveLock, FairLock, LockGuard, LossPolicy, MultiGuard, MultiLock, ReadGuard,
     RwLock, Semaphore, Session, WriteGuard,
 };
-
-async fn children(client: &zk::Client, path: &str) -> Vec<String> {
-    match client.list_children(path).await {
-        Ok(c) => c,
-        Err(zk::Error::NoNode) => Vec::new(),
-        Err(e) => panic!("list {path}: {e}"),
-    }
-}
 
 /// Each node's ACL before the administrator made it read-only, by path and czxid.
 type OriginalAcls = HashMap<(String, i64), Vec<zk::Acl>>;
@@ -320,14 +313,7 @@ async fn sweeper_seed(seed: u64, steps: u32) {
     println!("review30 seed {seed} (replay: ZKR_REVIEW30_SEED={seed})");
     let admin = admin().await;
     let root = unique_root(&format!("review30-{seed}"));
-    admin
-        .create(
-            &root,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
+    an_open_directory(&admin, &root).await;
     for d in DIRS {
         admin
             .create(

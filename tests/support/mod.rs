@@ -1,5 +1,6 @@
 //! Shared helpers for integration tests. Use with `mod support;` in a test file.
 //!
+//! * [`acl`]: an administrator's moves on directories' ACLs (nodes we may create but not delete).
 //! * [`held`]: one guard or a multi-lock's guards, as the chaos suite holds them.
 //! * [`history`]: record who held what when, and check the history (mutual exclusion, fencing
 //!   tokens, FIFO order). Pure Rust, no ZooKeeper needed.
@@ -12,6 +13,7 @@
 //! Not every test uses every item, hence the `dead_code`/`unused` allowances.
 #![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod acl;
 pub mod held;
 pub mod history;
 pub mod interop;
