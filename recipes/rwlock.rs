@@ -191,11 +191,10 @@ impl RwLock {
     ///   `with_requeue_on_expiry(false)` was set.
     /// * [`Error::NoAuth`] if the ACL of the path does not let this session create children. Also, from
     ///   a timed or `try_*` acquire that gives up, if the ACL lets it create its node but not
-    ///   delete it: the node then stays queued until the session ends, or until the ACL
-    ///   is fixed and an acquire of the session here is blocked by it or granted (which then
-    ///   deletes it); or close the session,
-    ///   so the call does not answer as if nothing were left (a refusal that comes only
-    ///   after the call's bound is logged instead).
+    ///   delete it: the node then stays queued until the ACL is fixed (the session deletes
+    ///   it within about a second then) or the session ends, so the call does not answer as
+    ///   if nothing were left (a refusal that comes only after the call's bound is logged
+    ///   instead).
     /// * [`Error::InvalidArgument`] if the path is an ephemeral node.
     ///
     /// # Cancel safety

@@ -686,6 +686,15 @@ pub(crate) struct Noted {
     pub(crate) shared: bool,
 }
 
+impl Noted {
+    /// Whether `stat`, read at the noted path, is the node noted: our session's (`session_id`)
+    /// and, when the czxid was noted, made at it. Another node there (an administrator
+    /// deleted ours; someone made one at its name since) is not ours to delete.
+    pub(crate) fn is(&self, stat: &zk::Stat, session_id: i64) -> bool {
+        stat.ephemeral_owner == session_id && self.czxid.is_none_or(|czxid| czxid == stat.czxid)
+    }
+}
+
 /// Forgets the note at `path` if it is by name alone or of `czxid` (see
 /// [`Epoch::forget_stuck`]).
 fn forget_stuck(stuck: &mut StuckNodes, path: &str, czxid: Option<i64>) {

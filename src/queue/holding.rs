@@ -1037,14 +1037,16 @@ pub(crate) async fn delete_stuck(
         Some(Noted {
             czxid: Some(czxid), ..
         }) => czxid,
-        Some(Noted { czxid: None, .. }) => match stat_retrying(epoch, path, backoff).await {
-            Ok(Some(stat)) if stat.ephemeral_owner == epoch.session_id => stat.czxid,
-            Ok(_) => {
-                epoch.forget_stuck(path, None);
-                return Stuck::No;
+        Some(noted @ Noted { czxid: None, .. }) => {
+            match stat_retrying(epoch, path, backoff).await {
+                Ok(Some(stat)) if noted.is(&stat, epoch.session_id) => stat.czxid,
+                Ok(_) => {
+                    epoch.forget_stuck(path, None);
+                    return Stuck::No;
+                }
+                Err(_) => return Stuck::Unknown,
             }
-            Err(_) => return Stuck::Unknown,
-        },
+        }
     };
     let gate = Mutex::new(false);
     let first = Check::Czxid(czxid);

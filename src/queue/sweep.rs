@@ -170,10 +170,7 @@ async fn sweep(epoch: &Epoch, serializers: &PathSerializers) {
                     judged = due.len() <= READS_PER_PASS;
                     for (path, noted) in due.into_iter().take(READS_PER_PASS) {
                         match epoch.check_stat(path).await {
-                            Ok(Some(stat))
-                                if stat.ephemeral_owner == epoch.session_id
-                                    && noted.czxid.is_none_or(|czxid| czxid == stat.czxid) =>
-                            {
+                            Ok(Some(stat)) if noted.is(&stat, epoch.session_id) => {
                                 alive_at.insert(path.clone(), pass);
                             }
                             Ok(_) => epoch.forget_stuck(path, noted.czxid),
@@ -204,10 +201,7 @@ async fn sweep(epoch: &Epoch, serializers: &PathSerializers) {
                     // the gate, equal versions and all, kept the sweeper going for as long
                     // as that node lived (review 29).
                     match epoch.check_stat(path).await {
-                        Ok(Some(stat))
-                            if stat.ephemeral_owner == epoch.session_id
-                                && noted.czxid.is_none_or(|czxid| czxid == stat.czxid) =>
-                        {
+                        Ok(Some(stat)) if noted.is(&stat, epoch.session_id) => {
                             if let Some(known) = refused.get_mut(path) {
                                 (known.dir_seen, known.read_at) = (dir_seen, pass);
                             }
