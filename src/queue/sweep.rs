@@ -89,152 +89,240 @@ struct Refused {
     read_at: u64,
 }
 
+/// What the sweeper knows of a directory with noted nodes; forgotten once none is noted.
+#[derive(Default)]
+struct DirState {
+    /// Its child version at its last listing (or reads of its notes).
+    listed_at: Option<i32>,
+    /// When we may not list it: its ACL version when the listing was refused.
+    unlistable_at: Option<i32>,
+    /// When the round of reads of its notes (a directory we may not list) began, at which
+    /// child version.
+    round: Option<(u64, i32)>,
+}
+
+/// What the sweeper knows of a noted node; forgotten with its note.
+#[derive(Default)]
+struct NodeState {
+    /// At which ACL versions its delete was last refused.
+    refused: Option<Refused>,
+    /// When it was last read and found ours (in a directory we may not list).
+    alive_at: Option<u64>,
+}
+
+/// The epoch's notes, by directory (in path order), each in the order given.
+type ByDir<'n> = BTreeMap<&'n str, Vec<&'n (String, Noted)>>;
+
 async fn sweep(epoch: &Epoch, serializers: &PathSerializers) {
-    let mut refused: HashMap<String, Refused> = HashMap::new();
-    // Each directory's child version at its last listing (or reads of its notes).
-    let mut listed_at: HashMap<String, i32> = HashMap::new();
-    // Directories we may not list, with their ACL version when the listing was refused.
-    let mut unlistable: HashMap<String, i32> = HashMap::new();
-    // When a note's node was last read and found ours (a directory we may not list), and
-    // when the round of such reads of a directory began, at which child version.
-    let mut alive_at: HashMap<String, u64> = HashMap::new();
-    let mut rounds: HashMap<String, (u64, i32)> = HashMap::new();
+    let mut sweeper = Sweeper {
+        epoch,
+        serializers,
+        pass: 0,
+        dirs: HashMap::new(),
+        nodes: HashMap::new(),
+    };
     for pass in 0u64.. {
         tokio::time::sleep(PERIOD).await;
         let Some(notes) = epoch.stuck_or_stop_sweeping() else {
             return;
         };
-        refused.retain(|path, _| notes.iter().any(|(noted, _)| noted == path));
-        let mut by_dir: BTreeMap<&str, Vec<&(String, Noted)>> = BTreeMap::new();
+        sweeper.pass = pass;
+        let mut by_dir: ByDir = BTreeMap::new();
         for note in &notes {
             by_dir
                 .entry(crate::path::parent(&note.0))
                 .or_default()
                 .push(note);
         }
-        listed_at.retain(|dir, _| by_dir.contains_key(dir.as_str()));
-        unlistable.retain(|dir, _| by_dir.contains_key(dir.as_str()));
-        rounds.retain(|dir, _| by_dir.contains_key(dir.as_str()));
-        alive_at.retain(|path, _| notes.iter().any(|(noted, _)| noted == path));
+        sweeper.forget_unnoted(&notes, &by_dir);
         for (dir, notes) in by_dir {
-            let dir_stat = match epoch.check_stat(dir).await {
-                Ok(Some(stat)) => stat,
-                // No directory, no node in it (a node has its parent).
-                Ok(None) => {
-                    for (path, noted) in notes {
-                        epoch.forget_stuck(path, noted.czxid);
-                    }
-                    continue;
+            sweeper.sweep_dir(dir, &notes).await;
+        }
+    }
+}
+
+/// The sweeper's state across passes.
+struct Sweeper<'a> {
+    epoch: &'a Epoch,
+    serializers: &'a PathSerializers,
+    /// The current pass.
+    pass: u64,
+    dirs: HashMap<String, DirState>,
+    nodes: HashMap<String, NodeState>,
+}
+
+impl Sweeper<'_> {
+    /// Forgets what it knew of directories and nodes no longer noted.
+    fn forget_unnoted(&mut self, notes: &[(String, Noted)], by_dir: &ByDir) {
+        self.nodes
+            .retain(|path, _| notes.iter().any(|(noted, _)| noted == path));
+        self.dirs.retain(|dir, _| by_dir.contains_key(dir.as_str()));
+    }
+
+    /// One pass over a directory: one `exists` of it; when its children changed, a judging of
+    /// its notes; then a delete of each noted node whose ACL versions changed.
+    async fn sweep_dir(&mut self, dir: &str, notes: &[&(String, Noted)]) {
+        let dir_stat = match self.epoch.check_stat(dir).await {
+            Ok(Some(stat)) => stat,
+            // No directory, no node in it (a node has its parent).
+            Ok(None) => {
+                for (path, noted) in notes {
+                    self.epoch.forget_stuck(path, noted.czxid);
                 }
-                Err(_) => continue,
-            };
-            let dir_seen = (dir_stat.aversion, dir_stat.cversion);
-            // Children came or went: a listing forgets the notes of nodes gone
-            // (`Epoch::get_children`). Without READ on the directory, each noted node is read
-            // instead (`exists` needs no permission), and forgotten if gone or not ours:
-            // else, the gate skipping it, its note stayed for as long as the session lived,
-            // and the sweeper with it (review 31).
-            // Those reads are made a few a pass, least recently read first, and the listing
-            // is not tried again until the directory's ACL changes: in a directory whose
-            // children keep changing, the reads of every note each second made the cost grow
-            // with the notes (review 32: 14 requests a second for 12 notes).
-            if listed_at.get(dir) != Some(&dir_stat.cversion) {
-                // Whether every note of the directory was judged (else it is tried again at
-                // the next pass).
-                let mut judged = unlistable.get(dir) != Some(&dir_stat.aversion)
-                    && match epoch.get_children(dir).await {
-                        Ok(_) => true,
-                        Err(zk::Error::NoAuth) => {
-                            unlistable.insert(dir.to_string(), dir_stat.aversion);
-                            false
-                        }
-                        Err(_) => false,
-                    };
-                if !judged {
-                    // A round of reads starts at each change of the children: every note is
-                    // read once in it, two a pass, before the directory counts as judged.
-                    let since = match rounds.get(dir) {
-                        Some(&(since, cversion)) if cversion == dir_stat.cversion => since,
-                        _ => {
-                            rounds.insert(dir.to_string(), (pass, dir_stat.cversion));
-                            pass
-                        }
-                    };
-                    let mut due: Vec<_> = notes
-                        .iter()
-                        .filter(|(path, _)| {
-                            alive_at.get(path.as_str()).is_none_or(|at| *at < since)
-                        })
-                        .collect();
-                    due.sort_by_key(|(path, _)| alive_at.get(path.as_str()).copied());
-                    judged = due.len() <= READS_PER_PASS;
-                    for (path, noted) in due.into_iter().take(READS_PER_PASS) {
-                        match epoch.check_stat(path).await {
-                            Ok(Some(stat)) if noted.is(&stat, epoch.session_id) => {
-                                alive_at.insert(path.clone(), pass);
-                            }
-                            Ok(_) => epoch.forget_stuck(path, noted.czxid),
-                            Err(_) => judged = false,
-                        }
-                    }
+                return;
+            }
+            Err(_) => return,
+        };
+        if self.dirs.get(dir).and_then(|d| d.listed_at) != Some(dir_stat.cversion) {
+            self.judge_changed_dir(dir, &dir_stat, notes).await;
+        }
+        let dir_seen = (dir_stat.aversion, dir_stat.cversion);
+        for (path, noted) in notes {
+            self.retry_delete(path, noted, dir_seen).await;
+        }
+    }
+
+    /// Judges the notes of a directory whose children changed since it was last judged: lists
+    /// it, or, when it may not be listed, reads its notes a few a pass. Once every note was
+    /// judged, the directory counts as judged at its current child version; else it is tried
+    /// again at the next pass.
+    async fn judge_changed_dir(
+        &mut self,
+        dir: &str,
+        dir_stat: &zk::Stat,
+        notes: &[&(String, Noted)],
+    ) {
+        // Children came or went: a listing forgets the notes of nodes gone
+        // (`Epoch::get_children`). Without READ on the directory, each noted node is read
+        // instead (`exists` needs no permission), and forgotten if gone or not ours:
+        // else, the gate skipping it, its note stayed for as long as the session lived,
+        // and the sweeper with it (review 31).
+        // Those reads are made a few a pass, least recently read first, and the listing
+        // is not tried again until the directory's ACL changes: in a directory whose
+        // children keep changing, the reads of every note each second made the cost grow
+        // with the notes (review 32: 14 requests a second for 12 notes).
+        let judged = self.list(dir, dir_stat.aversion).await
+            || self.read_notes(dir, dir_stat.cversion, notes).await;
+        if judged {
+            let state = self.dirs.entry(dir.to_string()).or_default();
+            state.round = None;
+            state.listed_at = Some(dir_stat.cversion);
+        }
+    }
+
+    /// Lists `dir` (which forgets the notes of nodes gone), unless it was refused at the
+    /// directory's ACL version `aversion`; whether it was listed.
+    async fn list(&mut self, dir: &str, aversion: i32) -> bool {
+        if self.dirs.get(dir).and_then(|d| d.unlistable_at) == Some(aversion) {
+            return false;
+        }
+        match self.epoch.get_children(dir).await {
+            Ok(_) => true,
+            Err(zk::Error::NoAuth) => {
+                self.dirs.entry(dir.to_string()).or_default().unlistable_at = Some(aversion);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Reads up to [`READS_PER_PASS`] notes of `dir` (a directory we may not list, its
+    /// children now at `cversion`) not yet read in this round, least recently read first;
+    /// forgets those gone or not ours. Whether every note has now been read in the round.
+    async fn read_notes(&mut self, dir: &str, cversion: i32, notes: &[&(String, Noted)]) -> bool {
+        // A round of reads starts at each change of the children: every note is
+        // read once in it, two a pass, before the directory counts as judged.
+        let pass = self.pass;
+        let round = &mut self.dirs.entry(dir.to_string()).or_default().round;
+        let since = match *round {
+            Some((since, at)) if at == cversion => since,
+            _ => {
+                *round = Some((pass, cversion));
+                pass
+            }
+        };
+        let alive_at = |path: &str| self.nodes.get(path).and_then(|n| n.alive_at);
+        let mut due: Vec<_> = notes
+            .iter()
+            .filter(|(path, _)| alive_at(path).is_none_or(|at| at < since))
+            .collect();
+        due.sort_by_key(|(path, _)| alive_at(path));
+        let mut judged = due.len() <= READS_PER_PASS;
+        for (path, noted) in due.into_iter().take(READS_PER_PASS) {
+            match self.epoch.check_stat(path).await {
+                Ok(Some(stat)) if noted.is(&stat, self.epoch.session_id) => {
+                    self.nodes.entry(path.clone()).or_default().alive_at = Some(pass);
                 }
-                if judged {
-                    rounds.remove(dir);
-                    listed_at.insert(dir.to_string(), dir_stat.cversion);
+                Ok(_) => self.epoch.forget_stuck(path, noted.czxid),
+                Err(_) => judged = false,
+            }
+        }
+        judged
+    }
+
+    /// Deletes the noted node at `path` again, unless its ACL versions are those of its last
+    /// refusal (the server would refuse it again); on refusal, keeps them.
+    async fn retry_delete(&mut self, path: &str, noted: &Noted, dir_seen: (i32, i32)) {
+        if self.epoch.stuck_note(path) != Some(*noted) {
+            return;
+        }
+        let Some(node_acl) = self.node_acl(path, noted, dir_seen).await else {
+            return;
+        };
+        let acl = (dir_seen.0, node_acl);
+        let refused = self.nodes.get(path).and_then(|n| n.refused.as_ref());
+        if refused.is_some_and(|known| known.acl == acl) {
+            return;
+        }
+        let serializers = noted.shared.then_some(self.serializers);
+        match delete_stuck(self.epoch, path, serializers).await {
+            Stuck::Yes => {
+                self.nodes.entry(path.to_string()).or_default().refused = Some(Refused {
+                    acl,
+                    dir_seen,
+                    read_at: self.pass,
+                });
+            }
+            Stuck::No | Stuck::Unknown => {
+                if let Some(node) = self.nodes.get_mut(path) {
+                    node.refused = None;
                 }
             }
-            for (path, noted) in notes {
-                if epoch.stuck_note(path) != Some(*noted) {
-                    continue;
+        }
+    }
+
+    /// The noted node's own ACL version: 0 for a queue node; for a simple-lock node, the one
+    /// known from its last refusal while the directory shows no change and it was read less
+    /// than [`NODE_READ_EVERY`] passes ago, else read. `None`: it could not be read, or
+    /// the node there is not the one noted (and the note is forgotten).
+    async fn node_acl(&mut self, path: &str, noted: &Noted, dir_seen: (i32, i32)) -> Option<i32> {
+        if !noted.shared {
+            return Some(0);
+        }
+        let pass = self.pass;
+        let refused = self.nodes.get(path).and_then(|n| n.refused.as_ref());
+        if let Some(known) = refused
+            .filter(|known| known.dir_seen == dir_seen && pass - known.read_at < NODE_READ_EVERY)
+        {
+            return Some(known.acl.1);
+        }
+        // The node itself: its ACL version, and whether it is still the one
+        // noted. Another node at the path (an administrator deleted ours; we or
+        // someone else made one there since) is not ours to try: forgotten, or
+        // the gate, equal versions and all, kept the sweeper going for as long
+        // as that node lived (review 29).
+        match self.epoch.check_stat(path).await {
+            Ok(Some(stat)) if noted.is(&stat, self.epoch.session_id) => {
+                if let Some(known) = self.nodes.get_mut(path).and_then(|n| n.refused.as_mut()) {
+                    (known.dir_seen, known.read_at) = (dir_seen, pass);
                 }
-                let known = refused.get_mut(path);
-                let node_acl = if !noted.shared {
-                    0
-                } else if let Some(known) = known.filter(|known| {
-                    known.dir_seen == dir_seen && pass - known.read_at < NODE_READ_EVERY
-                }) {
-                    known.acl.1
-                } else {
-                    // The node itself: its ACL version, and whether it is still the one
-                    // noted. Another node at the path (an administrator deleted ours; we or
-                    // someone else made one there since) is not ours to try: forgotten, or
-                    // the gate, equal versions and all, kept the sweeper going for as long
-                    // as that node lived (review 29).
-                    match epoch.check_stat(path).await {
-                        Ok(Some(stat)) if noted.is(&stat, epoch.session_id) => {
-                            if let Some(known) = refused.get_mut(path) {
-                                (known.dir_seen, known.read_at) = (dir_seen, pass);
-                            }
-                            stat.aversion
-                        }
-                        Ok(_) => {
-                            epoch.forget_stuck(path, noted.czxid);
-                            continue;
-                        }
-                        Err(_) => continue,
-                    }
-                };
-                let acl = (dir_stat.aversion, node_acl);
-                if refused.get(path).is_some_and(|known| known.acl == acl) {
-                    continue;
-                }
-                match delete_stuck(epoch, path, noted.shared.then_some(serializers)).await {
-                    Stuck::Yes => {
-                        let read_at = pass;
-                        refused.insert(
-                            path.clone(),
-                            Refused {
-                                acl,
-                                dir_seen,
-                                read_at,
-                            },
-                        );
-                    }
-                    Stuck::No | Stuck::Unknown => {
-                        refused.remove(path);
-                    }
-                }
+                Some(stat.aversion)
             }
+            Ok(_) => {
+                self.epoch.forget_stuck(path, noted.czxid);
+                None
+            }
+            Err(_) => None,
         }
     }
 }
