@@ -10,6 +10,9 @@ use std::time::Duration;
 use support::acl::{
     a_directory_denying_delete, an_open_directory, children, delete_given_back, deny_delete, within,
 };
+use support::stuck::{
+    a_session_and_a_directory_denying_delete, a_stuck_node, a_stuck_simple_lock_node, refused,
+};
 use support::zk::{admin, raw, session, session_via_proxy};
 use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
 use zk_recipes::{zk, Error, ExclusiveLock, FairLock, LossPolicy, RwLock, Semaphore};
@@ -401,10 +404,9 @@ async fn a_release_not_yet_told_leaves_a_node_made_at_its_path_by_another() {
 /// read gets through), not wait until the session ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_release_whose_read_is_cut_still_makes_the_next_lock_no_auth() {
-    let admin = admin().await;
-    let dir = unique_root("r23-refused-read-cut");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r23-refused-read-cut", Duration::from_secs(8))
+            .await;
     let lock = FairLock::new(&s, &dir).unwrap();
     let g = within("lock", lock.lock()).await.unwrap();
     let node = g.path().to_string();
@@ -538,13 +540,7 @@ async fn try_lock_behind_our_stuck_node_answers_no_auth_not_would_block() {
     let dir = unique_root("r23-try-stuck");
     a_directory_denying_delete(&admin, &dir).await;
     let s = session().await;
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let g = within("lock", lock.lock()).await.unwrap();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    let lock = a_stuck_node(&s, &dir).await;
     let tried = within("try_lock", lock.try_lock()).await.map(drop);
     println!(
         "try_lock behind our stuck node answered {tried:?} (retryable: {:?})",
@@ -568,11 +564,7 @@ async fn a_semaphore_of_two_with_one_stuck_lease_and_a_leaving_holder_grants() {
     let s = session().await;
     let sem = zk_recipes::Semaphore::new(&s, &dir, 2).unwrap();
     let g = within("acquire", sem.acquire()).await.unwrap();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    refused(g.release()).await;
     let o = session().await;
     let osem = zk_recipes::Semaphore::new(&o, &dir, 2).unwrap();
     let og = within("other acquire", osem.acquire()).await.unwrap();
@@ -1283,16 +1275,7 @@ async fn after_the_fix_a_live_simple_lock_node_of_ours_remade_at_the_stuck_path_
     a_directory_denying_delete(&admin, &dir).await;
     let path = format!("{dir}/lock");
     let s = session().await;
-    let l1 = ExclusiveLock::new(&s, &path).unwrap();
-    let released = within(
-        "release",
-        within("lock", l1.lock()).await.unwrap().release(),
-    )
-    .await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    let _l1 = a_stuck_simple_lock_node(&s, &path).await;
     let stuck = admin.check_stat(&path).await.unwrap().expect("stuck node");
     admin.delete(&path, None).await.unwrap();
     let l2 = ExclusiveLock::new(&s, &path).unwrap();
@@ -1337,16 +1320,7 @@ async fn after_the_fix_concurrent_acquires_of_one_session_are_all_granted() {
     let dir = unique_root("r24-concurrent-after-fix");
     a_directory_denying_delete(&admin, &dir).await;
     let s = session().await;
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let released = within(
-        "release",
-        within("lock", lock.lock()).await.unwrap().release(),
-    )
-    .await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    let lock = a_stuck_node(&s, &dir).await;
     delete_given_back(&admin, &dir).await;
     let tasks: Vec<_> = (0..4)
         .map(|_| {
@@ -1866,11 +1840,7 @@ async fn after_the_fix_a_stuck_lease_short_of_the_permits_is_deleted_not_waited_
     let sem = Semaphore::new(&s, &dir, 2).unwrap();
     let g = within("acquire", sem.acquire()).await.unwrap();
     let stuck = g.path().rsplit('/').next().unwrap().to_string();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    refused(g.release()).await;
     let o = session().await;
     let og = within(
         "other acquire",
@@ -1928,11 +1898,7 @@ async fn a_read_only_holder_deleted_by_our_next_lock_hands_on_to_the_waiter_behi
     until_children(&admin, &dir, 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     made_read_only(&admin, &node).await;
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    refused(g.release()).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished(), "setup: B is behind our stuck node");
     let ours = within("lock_timeout", lock.lock_timeout(Duration::from_secs(3)))
@@ -1990,11 +1956,7 @@ async fn a_read_only_writer_deleted_by_our_try_read_grants_the_reader_behind_not
     until_children(&admin, &dir, 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     made_read_only(&admin, &node).await;
-    let released = within("release", w.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    refused(w.release()).await;
     let tried = within("try_read", rw.try_read()).await.map(drop);
     let r = within("R", reader).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -2241,17 +2203,9 @@ async fn a_release_that_worked_before_a_cut_is_ok_though_its_retry_is_refused() 
 /// its own node stuck (its withdrawal is refused), so on bfc9833 the background set grows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review27_each_try_lock_behind_our_stuck_node_retries_it_once() {
-    let admin = admin().await;
-    let dir = unique_root("r27-cost");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
-    let lock = FairLock::new(&s, &dir).unwrap();
-    let g = within("lock", lock.lock()).await.unwrap();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    let (_admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r27-cost", Duration::from_secs(8)).await;
+    let lock = a_stuck_node(&s, &dir).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut per_try = Vec::new();
     for _ in 0..8 {
@@ -2294,11 +2248,7 @@ async fn review28_our_stuck_reader_behind_their_writer_behind_our_reader_deadloc
     let ours = RwLock::new(&s, &dir).unwrap();
     let g = within("read", ours.read()).await.unwrap();
     let stuck = g.path().rsplit('/').next().unwrap().to_string();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    refused(g.release()).await;
     let o = session().await;
     let theirs = RwLock::new(&o, &dir).unwrap();
     let writer = tokio::spawn(async move {
@@ -2355,11 +2305,7 @@ async fn review28_our_multi_lock_waits_behind_theirs_behind_our_stuck_node_in_it
         .await
         .unwrap();
     let stuck = g.path().rsplit('/').next().unwrap().to_string();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    refused(g.release()).await;
     let o = session().await;
     let theirs = zk_recipes::MultiLock::new(&o, [&x, &y]).unwrap();
     let other = tokio::spawn(async move {
@@ -2413,21 +2359,11 @@ async fn a_waiter_of_theirs_behind_our_stuck_node(simple: bool) {
     a_directory_denying_delete(&admin, &dir).await;
     let path = format!("{dir}/lock");
     let s = session().await;
-    let released = if simple {
-        let g = within("lock", ExclusiveLock::new(&s, &path).unwrap().lock())
-            .await
-            .unwrap();
-        within("release", g.release()).await
+    if simple {
+        a_stuck_simple_lock_node(&s, &path).await;
     } else {
-        let g = within("lock", FairLock::new(&s, &dir).unwrap().lock())
-            .await
-            .unwrap();
-        within("release", g.release()).await
-    };
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+        a_stuck_node(&s, &dir).await;
+    }
     let o = session().await;
     let (o2, path2, dir2) = (o.clone(), path.clone(), dir.clone());
     let theirs = tokio::spawn(async move {
@@ -2475,17 +2411,11 @@ async fn a_waiter_of_theirs_behind_our_stuck_node(simple: bool) {
 /// `close()` does not wait for it, nor does it send anything after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweeper_only_reads_while_the_acl_stays_broken_and_stops_at_close() {
-    let admin = admin().await;
-    let dir = unique_root("sweep-cost");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("sweep-cost", Duration::from_secs(8)).await;
     let lock = RwLock::new(&s, &dir).unwrap();
     let g = within("read", lock.read()).await.unwrap();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    refused(g.release()).await;
     // Its first pass (a second after the note) tries the delete once.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let before = proxy.requests_forwarded();
@@ -2533,18 +2463,10 @@ async fn the_sweeper_only_reads_while_the_acl_stays_broken_and_stops_at_close() 
 /// directory changed, and forgets a note of another node (1 request in the 3 s after).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review29_a_note_of_our_replaced_simple_lock_node_keeps_the_sweeper_running() {
-    let admin = admin().await;
-    let dir = unique_root("r29-stale-simple");
-    a_directory_denying_delete(&admin, &dir).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r29-stale-simple", Duration::from_secs(8)).await;
     let path = format!("{dir}/lock");
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
-    let lock = ExclusiveLock::new(&s, &path).unwrap();
-    let g = within("lock", lock.lock()).await.unwrap();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    let lock = a_stuck_simple_lock_node(&s, &path).await;
     // The sweeper's first pass (a second after the note) is refused.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     admin.delete(&path, None).await.unwrap();
@@ -2571,18 +2493,10 @@ async fn review29_a_note_of_our_replaced_simple_lock_node_keeps_the_sweeper_runn
 /// changed, and every ten seconds else (3 requests in the 3 s after, 21 before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review29_the_sweepers_idle_cost_grows_with_stuck_simple_lock_nodes() {
-    let admin = admin().await;
-    let dir = unique_root("r29-cost-simple");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let (_admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r29-cost-simple", Duration::from_secs(8)).await;
     for i in 0..6 {
-        let lock = ExclusiveLock::new(&s, format!("{dir}/lock-{i}")).unwrap();
-        let g = within("lock", lock.lock()).await.unwrap();
-        let released = within("release", g.release()).await;
-        assert!(
-            matches!(released, Err(Error::NoAuth { .. })),
-            "setup: {released:?}"
-        );
+        a_stuck_simple_lock_node(&s, &format!("{dir}/lock-{i}")).await;
     }
     // Past the first pass, which tries each delete once.
     tokio::time::sleep(Duration::from_millis(2500)).await;

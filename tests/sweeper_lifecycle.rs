@@ -5,23 +5,14 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::acl::{a_directory_denying_delete, children, delete_given_back, deny_delete, within};
-use support::zk::{admin, session_via_proxy};
-use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
-use zk_recipes::{zk, Error, FairLock, LossPolicy, Session, SessionEvent};
-
-/// Takes a fair lock in `dir` (denying DELETE) and releases it: the release is refused, our
-/// node stays, noted as stuck, and the sweeper starts.
-async fn a_stuck_node(s: &Session, dir: &str) {
-    let g = within("lock", FairLock::new(s, dir).unwrap().lock())
-        .await
-        .unwrap();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
-}
+use support::acl::{
+    a_directory_denying_delete, children, delete_given_back, deny_delete, deny_read_and_delete,
+    within,
+};
+use support::stuck::{a_session_and_a_directory_denying_delete, a_stuck_node, refused};
+use support::zk::{admin, session};
+use zk_recipes::testing::{unique_root, Fault, FaultAction, FaultPoint};
+use zk_recipes::{zk, Error, FairLock, Session, SessionEvent};
 
 /// Waits until `dir` has no children, up to `limit`; the time it took, or `None`.
 async fn gone_within(admin: &zk::Client, dir: &str, limit: Duration) -> Option<Duration> {
@@ -33,6 +24,13 @@ async fn gone_within(admin: &zk::Client, dir: &str, limit: Duration) -> Option<D
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     None
+}
+
+/// The administrator gives `dir` DELETE back; the time our stuck node in it then took to go
+/// (the sweeper's delete), or `None` after 4 s.
+async fn fixed_then_gone(admin: &zk::Client, dir: &str) -> Option<Duration> {
+    delete_given_back(admin, dir).await;
+    gone_within(admin, dir, Duration::from_secs(4)).await
 }
 
 async fn wait_epoch(s: &Session, n: u64) {
@@ -50,10 +48,8 @@ async fn wait_epoch(s: &Session, n: u64) {
 /// epoch gets a sweeper of its own: once the ACL is fixed it goes with no further acquire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_expiry_the_old_sweeper_stops_and_the_new_epoch_sweeps_its_own() {
-    let admin = admin().await;
-    let dir = unique_root("r31-expiry");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r31-expiry", Duration::from_secs(4)).await;
     a_stuck_node(&s, &dir).await;
     // The sweeper's first pass is refused; a later ACL change makes it try again.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -80,8 +76,7 @@ async fn after_an_expiry_the_old_sweeper_stops_and_the_new_epoch_sweeps_its_own(
         1,
         "our new stuck node stays"
     );
-    delete_given_back(&admin, &dir).await;
-    let took = gone_within(&admin, &dir, Duration::from_secs(4)).await;
+    let took = fixed_then_gone(&admin, &dir).await;
     s.close().await;
     assert!(
         took.is_some_and(|t| t < Duration::from_millis(2500)),
@@ -93,16 +88,13 @@ async fn after_an_expiry_the_old_sweeper_stops_and_the_new_epoch_sweeps_its_own(
 /// second), and a node noted in the new epoch before the old sweeper would have woken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_noted_right_after_an_expiry_gets_a_sweeper() {
-    let admin = admin().await;
-    let dir = unique_root("r31-expiry-fast");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r31-expiry-fast", Duration::from_secs(4)).await;
     a_stuck_node(&s, &dir).await;
     proxy.expire(&s).await.unwrap();
     wait_epoch(&s, 2).await;
     a_stuck_node(&s, &dir).await;
-    delete_given_back(&admin, &dir).await;
-    let took = gone_within(&admin, &dir, Duration::from_secs(4)).await;
+    let took = fixed_then_gone(&admin, &dir).await;
     s.close().await;
     assert!(
         took.is_some_and(|t| t < Duration::from_millis(2500)),
@@ -115,10 +107,8 @@ async fn a_node_noted_right_after_an_expiry_gets_a_sweeper() {
 /// says `Closed`; the sweeper keeps nothing alive and sends nothing after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_last_handle_while_the_sweeper_runs_closes_the_session() {
-    let admin = admin().await;
-    let dir = unique_root("r31-drop");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r31-drop", Duration::from_secs(4)).await;
     a_stuck_node(&s, &dir).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut events = s.latest_state();
@@ -147,10 +137,8 @@ async fn dropping_the_last_handle_while_the_sweeper_runs_closes_the_session() {
 /// nothing after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_while_a_sweeper_pass_is_held_is_prompt() {
-    let admin = admin().await;
-    let dir = unique_root("r31-close-held");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r31-close-held", Duration::from_secs(8)).await;
     a_stuck_node(&s, &dir).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // Make the sweeper try the delete again, and hold its requests from the next on.
@@ -186,10 +174,8 @@ async fn close_while_a_sweeper_pass_is_held_is_prompt() {
 /// The watch of a node that stays is no longer waited for (10 of 10 runs after).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_noted_while_closing_starts_no_sweeper_and_close_stays_prompt() {
-    let admin = admin().await;
-    let dir = unique_root("r31-closing");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r31-closing", Duration::from_secs(8)).await;
     let g = within("lock", FairLock::new(&s, &dir).unwrap().lock())
         .await
         .unwrap();
@@ -212,10 +198,8 @@ async fn a_node_noted_while_closing_starts_no_sweeper_and_close_stays_prompt() {
 /// the connection is down. After the reconnect the sweeper goes on and deletes the node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweeper_goes_on_after_a_connection_loss() {
-    let admin = admin().await;
-    let dir = unique_root("r31-blip");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r31-blip", Duration::from_secs(8)).await;
     a_stuck_node(&s, &dir).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     proxy.set_blocked(true);
@@ -237,10 +221,8 @@ async fn the_sweeper_goes_on_after_a_connection_loss() {
 /// the delete applied, its answer lost): the node goes and the sweeper stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_at_the_sweepers_delete_leaves_no_sweeper_running() {
-    let admin = admin().await;
-    let dir = unique_root("r31-cut");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, proxy) =
+        a_session_and_a_directory_denying_delete("r31-cut", Duration::from_secs(8)).await;
     a_stuck_node(&s, &dir).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // exists(dir), exists(node) (queue node: no), delete: cut the third's reply.
@@ -284,13 +266,7 @@ fn a_guard_dropped_outside_any_runtime_gets_its_node_swept() {
         a_directory_denying_delete(&a, &dir).await;
         a
     });
-    let s = home.block_on(async {
-        Session::builder(shared_server().connect_string())
-            .with_session_timeout(Duration::from_secs(4))
-            .connect()
-            .await
-            .unwrap()
-    });
+    let s = home.block_on(session());
     let g = other.block_on(async { FairLock::new(&s, &dir).unwrap().lock().await.unwrap() });
     std::thread::spawn(move || drop(g)).join().unwrap();
     let took = home.block_on(async {
@@ -300,8 +276,7 @@ fn a_guard_dropped_outside_any_runtime_gets_its_node_swept() {
             1,
             "our stuck node stays"
         );
-        delete_given_back(&admin, &dir).await;
-        gone_within(&admin, &dir, Duration::from_secs(4)).await
+        fixed_then_gone(&admin, &dir).await
     });
     home.block_on(s.close());
     assert!(
@@ -330,11 +305,7 @@ fn shutting_down_the_home_runtime_while_the_sweeper_sleeps() {
         a_directory_denying_delete(&a, &dir).await;
     });
     let s = home.block_on(async {
-        let s = Session::builder(shared_server().connect_string())
-            .with_session_timeout(Duration::from_secs(4))
-            .connect()
-            .await
-            .unwrap();
+        let s = session().await;
         a_stuck_node(&s, &dir).await;
         tokio::time::sleep(Duration::from_millis(1300)).await;
         s
@@ -357,11 +328,7 @@ fn shutting_down_the_home_runtime_while_the_sweeper_sleeps() {
             "a lock on another runtime after the home runtime ended: {:?}",
             r.map(|r| r.map(drop))
         );
-        let s2 = Session::builder(shared_server().connect_string())
-            .with_session_timeout(Duration::from_secs(4))
-            .connect()
-            .await
-            .unwrap();
+        let s2 = session().await;
         let g = tokio::time::timeout(
             Duration::from_secs(5),
             FairLock::new(&s2, format!("{dir}-3")).unwrap().lock(),
@@ -383,22 +350,14 @@ fn shutting_down_the_home_runtime_while_the_sweeper_sleeps() {
 /// whose children changed and that cannot be listed has each noted node read instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweeper_stops_once_our_stuck_node_is_gone_from_a_directory_we_cannot_list() {
-    use zk::Permission as P;
-    let admin = admin().await;
-    let dir = unique_root("r31-noread");
-    a_directory_denying_delete(&admin, &dir).await;
-    let (s, _proxy) = session_via_proxy(Duration::from_secs(8), LossPolicy::OnExpiry).await;
+    let (admin, dir, s, _proxy) =
+        a_session_and_a_directory_denying_delete("r31-noread", Duration::from_secs(8)).await;
     let g = within("lock", FairLock::new(&s, &dir).unwrap().lock())
         .await
         .unwrap();
     // Neither READ nor DELETE now.
-    let acl = [zk::Acl::new(P::CREATE | P::WRITE, zk::AuthId::anyone())];
-    admin.set_acl(&dir, &acl, None).await.unwrap();
-    let released = within("release", g.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    deny_read_and_delete(&admin, &dir).await;
+    refused(g.release()).await;
     // The sweeper's first pass is refused at this ACL version.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let ours = children(&admin, &dir).await;

@@ -6,22 +6,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::acl::{delete_given_back, denying_delete, within};
+use support::acl::{
+    a_directory_denying_delete, an_open_directory, delete_given_back, deny_read_and_delete, within,
+};
+use support::stuck::{a_stuck_simple_lock_node, refused};
 use support::zk::{admin, session};
 use zk_recipes::testing::unique_root;
-use zk_recipes::{zk, Error, ExclusiveLock, RwLock};
-
-/// A directory with `acl`.
-async fn a_directory_with(admin: &zk::Client, path: &str, acl: &[zk::Acl]) {
-    admin
-        .create(
-            path,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(acl)),
-        )
-        .await
-        .unwrap();
-}
+use zk_recipes::{zk, ExclusiveLock, RwLock};
 
 /// Probe (question 1): the simple lock reuses one path. Our refused release drops its
 /// own-node (child) watch on that path unfired; the stuck node then goes (`admin`: an
@@ -36,16 +27,10 @@ async fn new_guard_at_the_same_path(admin_deletes: bool) {
     } else {
         "r32-same-path-sweeper"
     });
-    a_directory_with(&admin, &dir, &denying_delete()).await;
+    a_directory_denying_delete(&admin, &dir).await;
     let path = format!("{dir}/lock");
     let s = session().await;
-    let l1 = ExclusiveLock::new(&s, &path).unwrap();
-    let g1 = within("lock", l1.lock()).await.unwrap();
-    let released = within("release", g1.release()).await;
-    assert!(
-        matches!(released, Err(Error::NoAuth { .. })),
-        "setup: {released:?}"
-    );
+    let _l1 = a_stuck_simple_lock_node(&s, &path).await;
     if admin_deletes {
         admin.delete(&path, None).await.unwrap();
     } else {
@@ -100,11 +85,10 @@ async fn a_new_simple_lock_guard_at_the_stuck_path_hears_only_of_its_own_node_sw
 /// a pass (12 requests in 4 s after, 3 of 3 runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweepers_cost_in_a_changing_directory_we_cannot_list_does_not_grow_with_the_notes() {
-    use zk::Permission as P;
     const N: usize = 12;
     let admin = admin().await;
     let dir = unique_root("r32-noread-churn");
-    a_directory_with(&admin, &dir, &[zk::Acl::new(P::ALL, zk::AuthId::anyone())]).await;
+    an_open_directory(&admin, &dir).await;
     let s = session().await;
     let lock = RwLock::new(&s, &dir).unwrap();
     let mut guards = Vec::new();
@@ -112,14 +96,9 @@ async fn the_sweepers_cost_in_a_changing_directory_we_cannot_list_does_not_grow_
         guards.push(within("read", lock.read()).await.unwrap());
     }
     // Neither READ nor DELETE now.
-    let acl = [zk::Acl::new(P::CREATE | P::WRITE, zk::AuthId::anyone())];
-    admin.set_acl(&dir, &acl, None).await.unwrap();
+    deny_read_and_delete(&admin, &dir).await;
     for g in guards {
-        let released = within("release", g.release()).await;
-        assert!(
-            matches!(released, Err(Error::NoAuth { .. })),
-            "setup: {released:?}"
-        );
+        refused(g.release()).await;
     }
     // Someone else's node comes and goes in the directory, twice a second.
     let churn = {

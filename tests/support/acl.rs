@@ -73,3 +73,11 @@ pub async fn delete_given_back(admin: &zk::Client, dir: &str) {
         .await
         .unwrap();
 }
+
+/// The administrator sets `dir`'s ACL to let anyone create and write, but neither read (list
+/// its children) nor delete.
+pub async fn deny_read_and_delete(admin: &zk::Client, dir: &str) {
+    use zk::Permission as P;
+    let acl = [zk::Acl::new(P::CREATE | P::WRITE, zk::AuthId::anyone())];
+    admin.set_acl(dir, &acl, None).await.unwrap();
+}

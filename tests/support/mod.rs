@@ -5,6 +5,8 @@
 //! * [`history`]: record who held what when, and check the history (mutual exclusion, fencing
 //!   tokens, FIFO order). Pure Rust, no ZooKeeper needed.
 //! * [`rng`]: the seeded generator of the randomized tests.
+//! * [`stuck`]: nodes of ours the server will not let us delete (a refused release), and the
+//!   scene of a sweeper test (a directory denying DELETE, a session behind a proxy).
 //! * [`interop`]: run Apache Curator (`tests/interop/Interop.java`) and kazoo
 //!   (`tests/interop/kazoo_interop.py`) peers and turn their output into [`history::Event`]s.
 //! * [`zk`]: sessions and raw clients on the shared server of the crate's harness, which
@@ -18,4 +20,5 @@ pub mod held;
 pub mod history;
 pub mod interop;
 pub mod rng;
+pub mod stuck;
 pub mod zk;
