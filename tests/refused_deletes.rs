@@ -13,7 +13,7 @@ use support::acl::{
 use support::stuck::{
     a_session_and_a_directory_denying_delete, a_stuck_node, a_stuck_simple_lock_node, refused,
 };
-use support::zk::{admin, raw, session, session_via_proxy};
+use support::zk::{admin, forwarded_in, raw, session, session_via_proxy};
 use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
 use zk_recipes::{zk, Error, ExclusiveLock, FairLock, LossPolicy, RwLock, Semaphore};
 
@@ -2418,20 +2418,14 @@ async fn the_sweeper_only_reads_while_the_acl_stays_broken_and_stops_at_close() 
     refused(g.release()).await;
     // Its first pass (a second after the note) tries the delete once.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let before = proxy.requests_forwarded();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = proxy.requests_forwarded() - before;
+    let idle = forwarded_in(&proxy, Duration::from_secs(3)).await;
     // A change of the directory's ACL (DELETE still denied) makes it try the delete again.
     deny_delete(&admin, &dir).await;
-    let before = proxy.requests_forwarded();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let after_change = proxy.requests_forwarded() - before;
+    let after_change = forwarded_in(&proxy, Duration::from_millis(1200)).await;
     let started = std::time::Instant::now();
     within("close", s.close()).await;
     let took = started.elapsed();
-    let after = proxy.requests_forwarded();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let later = proxy.requests_forwarded() - after;
+    let later = forwarded_in(&proxy, Duration::from_millis(1500)).await;
     println!(
         "sweeper: {idle} requests in 3 s idle, {after_change} in the second after an ACL \
          change; close() took {took:?}; requests after close: {later}"
@@ -2473,9 +2467,7 @@ async fn review29_a_note_of_our_replaced_simple_lock_node_keeps_the_sweeper_runn
     let g2 = within("lock again", lock.lock()).await.unwrap();
     // The sweeper lists the directory (its children changed) and goes on.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let before = proxy.requests_forwarded();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = proxy.requests_forwarded() - before;
+    let idle = forwarded_in(&proxy, Duration::from_secs(3)).await;
     println!("{idle} requests in 3 s with our guard held and nothing of ours stuck");
     drop(g2);
     s.close().await;
@@ -2500,9 +2492,7 @@ async fn review29_the_sweepers_idle_cost_grows_with_stuck_simple_lock_nodes() {
     }
     // Past the first pass, which tries each delete once.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let before = proxy.requests_forwarded();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = proxy.requests_forwarded() - before;
+    let idle = forwarded_in(&proxy, Duration::from_secs(3)).await;
     println!(
         "sweeper: {idle} requests in 3 s idle with 6 stuck simple-lock nodes in one directory"
     );

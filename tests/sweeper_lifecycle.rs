@@ -10,7 +10,7 @@ use support::acl::{
     within,
 };
 use support::stuck::{a_session_and_a_directory_denying_delete, a_stuck_node, refused};
-use support::zk::{admin, session};
+use support::zk::{admin, forwarded_in, requests_in, session};
 use zk_recipes::testing::{unique_root, Fault, FaultAction, FaultPoint};
 use zk_recipes::{zk, Error, FairLock, Session, SessionEvent};
 
@@ -61,9 +61,7 @@ async fn after_an_expiry_the_old_sweeper_stops_and_the_new_epoch_sweeps_its_own(
             .is_some(),
         "the old session's node goes with it"
     );
-    let before = s.request_count();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = s.request_count() - before;
+    let idle = requests_in(&s, Duration::from_secs(3)).await;
     assert_eq!(
         idle, 0,
         "requests of the recipes in 3 s of a new epoch with no notes"
@@ -159,9 +157,7 @@ async fn close_while_a_sweeper_pass_is_held_is_prompt() {
     let started = Instant::now();
     within("close", s.close()).await;
     let took = started.elapsed();
-    let after = s.request_count();
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    let later = s.request_count() - after;
+    let later = requests_in(&s, Duration::from_secs(7)).await;
     println!("close took {took:?}; recipe requests after: {later}");
     assert!(took < Duration::from_millis(2500), "close() took {took:?}");
     assert_eq!(later, 0, "recipe requests after close()");
@@ -186,9 +182,7 @@ async fn a_node_noted_while_closing_starts_no_sweeper_and_close_stays_prompt() {
     drop(g);
     within("close", closing).await.unwrap();
     let took = started.elapsed();
-    let after = proxy.requests_forwarded();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let later = proxy.requests_forwarded() - after;
+    let later = forwarded_in(&proxy, Duration::from_millis(2500)).await;
     assert!(took < Duration::from_millis(1500), "close() took {took:?}");
     assert_eq!(later, 0, "requests after close()");
     assert!(children(&admin, &dir).await.is_empty());
@@ -235,9 +229,7 @@ async fn a_cut_at_the_sweepers_delete_leaves_no_sweeper_running() {
     ));
     let took = gone_within(&admin, &dir, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let before = s.request_count();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = s.request_count() - before;
+    let idle = requests_in(&s, Duration::from_secs(3)).await;
     s.close().await;
     assert!(took.is_some(), "the node stayed");
     assert_eq!(
@@ -367,9 +359,7 @@ async fn the_sweeper_stops_once_our_stuck_node_is_gone_from_a_directory_we_canno
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let before = s.request_count();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = s.request_count() - before;
+    let idle = requests_in(&s, Duration::from_secs(3)).await;
     s.close().await;
     assert_eq!(
         idle, 0,

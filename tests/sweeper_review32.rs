@@ -10,7 +10,7 @@ use support::acl::{
     a_directory_denying_delete, an_open_directory, delete_given_back, deny_read_and_delete, within,
 };
 use support::stuck::{a_stuck_simple_lock_node, refused};
-use support::zk::{admin, session};
+use support::zk::{admin, requests_in, session};
 use zk_recipes::testing::unique_root;
 use zk_recipes::{zk, ExclusiveLock, RwLock};
 
@@ -122,9 +122,7 @@ async fn the_sweepers_cost_in_a_changing_directory_we_cannot_list_does_not_grow_
     };
     // The sweeper's first passes are refused at this ACL version.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let before = s.request_count();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let spent = s.request_count() - before;
+    let spent = requests_in(&s, Duration::from_secs(4)).await;
     churn.abort();
     s.close().await;
     println!("{spent} recipe requests in 4 s, {N} stuck nodes noted");

@@ -68,3 +68,17 @@ pub async fn children_on(server: &ZooKeeperServer, path: &str) -> Vec<String> {
         Err(e) => panic!("list {path}: {e}"),
     }
 }
+
+/// The requests `s`'s recipes send in the next `d` ([`Session::request_count`]).
+pub async fn requests_in(s: &Session, d: Duration) -> u64 {
+    let before = s.request_count();
+    tokio::time::sleep(d).await;
+    s.request_count() - before
+}
+
+/// The requests `proxy` forwards in the next `d` (its session's, the client's own among them).
+pub async fn forwarded_in(proxy: &FaultProxy, d: Duration) -> u64 {
+    let before = proxy.requests_forwarded();
+    tokio::time::sleep(d).await;
+    proxy.requests_forwarded() - before
+}
