@@ -23,20 +23,27 @@
 //! * a node whose ACL versions are those of its last refusal is left alone: the server would
 //!   refuse it again. A queue node's delete needs DELETE on the directory only; the simple
 //!   lock's marked delete also WRITE on the node, whose own version (and czxid: another node
-//!   at the path is not the one noted) it reads when the directory changed, and every ten
-//!   seconds else;
+//!   at the path is not the one noted) it reads when the directory's children changed (two
+//!   such nodes a pass, least recently read first), and every ten seconds else;
 //! * any other is deleted again ([`delete_stuck`], conditional on its czxid, as an acquire
 //!   does; a node gone or not ours is forgotten there), and on refusal its ACL versions are
 //!   kept.
 //!
-//! So while the ACL stays broken the sweeper costs one `exists` a second per directory, however
-//! many nodes are noted in it (and one every ten seconds per simple-lock node), and a listing
-//! when its children change (in a directory we may not list, instead, reads of its noted
-//! nodes, two a second, until each has been read since the last change); a node goes within about a second of its directory's ACL being
-//! fixed (within ten, of a simple-lock node's own). Left: a queue node noted by name whose
-//! node an administrator deleted, and at whose exact name (our protection id and sequence
-//! number) another client then made one, stays noted while that node lives, for one `exists`
-//! a second; nothing is deleted (`delete_stuck` reads the owner first).
+//! What it keeps of a directory is tied to the directory's czxid: a directory deleted and
+//! made again starts its versions at 0 again, and is judged as a new one.
+//!
+//! So while the ACL stays broken the sweeper costs one `exists` a second per directory,
+//! however many nodes are noted in it (and one read every ten seconds per simple-lock node),
+//! and, when its children change, a listing and up to two reads of simple-lock nodes (in a
+//! directory we may not list, instead of the listing, reads of its noted nodes, two a second,
+//! until each has been read since the last change). A node goes within about a second of its
+//! directory's ACL being fixed (within ten of a simple-lock node's own, or half a second per
+//! such node of its directory when they are more than twenty). Left: a queue node
+//! noted by name whose node an administrator deleted, and at whose exact name (our protection
+//! id and sequence number) another client then made one, stays noted while that node lives,
+//! for one `exists` a second; nothing is deleted (`delete_stuck` reads the owner first). And
+//! N directories with stuck nodes cost N `exists` a second while their ACLs stay broken
+//! (review 33): ZooKeeper fires no watch on an ACL change, so only looking tells.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -77,8 +84,11 @@ type AclVersions = (i32, i32);
 /// the notes).
 const NODE_READ_EVERY: u64 = 10;
 
-/// How many noted nodes of a directory it may not list the sweeper reads a pass, when the
-/// directory's children changed (review 32).
+/// How many noted nodes of a directory the sweeper reads a pass for a change of the
+/// directory's children: in a directory it may not list, to learn whether they are gone
+/// (review 32); and simple-lock nodes, to learn whether each is still the one noted (review
+/// 33: a parent whose children others keep changing made every such node read every pass).
+/// Least recently read first.
 const READS_PER_PASS: usize = 2;
 
 /// What the sweeper knows of a node refused at `acl`.
@@ -92,6 +102,9 @@ struct Refused {
 /// What the sweeper knows of a directory with noted nodes; forgotten once none is noted.
 #[derive(Default)]
 struct DirState {
+    /// Which znode the versions below are of: a directory deleted and made again starts its
+    /// versions at 0 again, and equal versions of another znode say nothing (review 33).
+    czxid: Option<i64>,
     /// Its child version at its last listing (or reads of its notes).
     listed_at: Option<i32>,
     /// When we may not list it: its ACL version when the listing was refused.
@@ -173,12 +186,34 @@ impl Sweeper<'_> {
             }
             Err(_) => return,
         };
-        if self.dirs.get(dir).and_then(|d| d.listed_at) != Some(dir_stat.cversion) {
+        let state = self.dirs.entry(dir.to_string()).or_default();
+        if state.czxid != Some(dir_stat.czxid) {
+            // First seen, or made again since: what was known was of another znode, whose
+            // versions started at 0 as this one's did. Review 33: an administrator deleted our
+            // node and the directory and made it again, open, with as many children of others;
+            // at equal versions the sweeper neither listed it (which would forget our note) nor
+            // deleted again, and sent an `exists` a second for the session's life.
+            *state = DirState {
+                czxid: Some(dir_stat.czxid),
+                ..DirState::default()
+            };
+            for (path, _) in notes {
+                self.nodes.remove(path.as_str());
+            }
+        }
+        if state.listed_at != Some(dir_stat.cversion) {
             self.judge_changed_dir(dir, &dir_stat, notes).await;
         }
         let dir_seen = (dir_stat.aversion, dir_stat.cversion);
+        // Least recently read first, for the node reads' share of the pass.
+        let mut notes = notes.to_vec();
+        notes.sort_by_key(|(path, _)| {
+            let node = self.nodes.get(path.as_str());
+            node.and_then(|n| n.refused.as_ref()).map(|r| r.read_at)
+        });
+        let mut reads = READS_PER_PASS;
         for (path, noted) in notes {
-            self.retry_delete(path, noted, dir_seen).await;
+            self.retry_delete(path, noted, dir_seen, &mut reads).await;
         }
     }
 
@@ -262,11 +297,17 @@ impl Sweeper<'_> {
 
     /// Deletes the noted node at `path` again, unless its ACL versions are those of its last
     /// refusal (the server would refuse it again); on refusal, keeps them.
-    async fn retry_delete(&mut self, path: &str, noted: &Noted, dir_seen: (i32, i32)) {
+    async fn retry_delete(
+        &mut self,
+        path: &str,
+        noted: &Noted,
+        dir_seen: (i32, i32),
+        reads: &mut usize,
+    ) {
         if self.epoch.stuck_note(path) != Some(*noted) {
             return;
         }
-        let Some(node_acl) = self.node_acl(path, noted, dir_seen).await else {
+        let Some(node_acl) = self.node_acl(path, noted, dir_seen, reads).await else {
             return;
         };
         let acl = (dir_seen.0, node_acl);
@@ -292,19 +333,33 @@ impl Sweeper<'_> {
     }
 
     /// The noted node's own ACL version: 0 for a queue node; for a simple-lock node, the one
-    /// known from its last refusal while the directory shows no change and it was read less
-    /// than [`NODE_READ_EVERY`] passes ago, else read. `None`: it could not be read, or
-    /// the node there is not the one noted (and the note is forgotten).
-    async fn node_acl(&mut self, path: &str, noted: &Noted, dir_seen: (i32, i32)) -> Option<i32> {
+    /// known from its last refusal while the directory's children show no change and it was
+    /// read less than [`NODE_READ_EVERY`] passes ago, or when the pass's `reads` are spent;
+    /// else read. `None`: it could not be read, or the node there is not the one noted (and
+    /// the note is forgotten).
+    ///
+    /// A change of the directory's ACL alone needs no read: the versions then differ from the
+    /// refusal's anyway, and [`delete_stuck`] reads the node before it deletes.
+    async fn node_acl(
+        &mut self,
+        path: &str,
+        noted: &Noted,
+        dir_seen: (i32, i32),
+        reads: &mut usize,
+    ) -> Option<i32> {
         if !noted.shared {
             return Some(0);
         }
         let pass = self.pass;
         let refused = self.nodes.get(path).and_then(|n| n.refused.as_ref());
-        if let Some(known) = refused
-            .filter(|known| known.dir_seen == dir_seen && pass - known.read_at < NODE_READ_EVERY)
-        {
-            return Some(known.acl.1);
+        // A node never refused to the sweeper is read once, outside the pass's share: the
+        // share bounds what comes back every pass, not a note's first try.
+        if let Some(known) = refused {
+            let fresh = known.dir_seen.1 == dir_seen.1 && pass - known.read_at < NODE_READ_EVERY;
+            if fresh || *reads == 0 {
+                return Some(known.acl.1);
+            }
+            *reads -= 1;
         }
         // The node itself: its ACL version, and whether it is still the one
         // noted. Another node at the path (an administrator deleted ours; we or
