@@ -70,7 +70,9 @@
 //!    rule 1) and is left out: its token is old by construction.
 //! 3. **Told.** A holding whose node the observer saw disappear at `tD`, while it had not ended,
 //!    must end by `lost()` no later than `tD + LOSS_BOUND` (the session timeout plus a second:
-//!    one notification when connected, the `Grace` policy's deadline when not).
+//!    one notification when connected, the `Grace` policy's deadline when not). A holding
+//!    whose holder let go of it (its planned hold over) before `tD` ended on its own, however
+//!    late its end is recorded.
 //! 4. **No stray deletions.** Ephemeral nodes vanish only by an explicit delete or the end of
 //!    their session. A holder's node that vanished while held, when the administrator did not
 //!    delete that czxid and the holder's epoch never ended (no `Expired` event for it), was
@@ -590,6 +592,9 @@ struct Holding {
     reason: Option<LossReason>,
     /// When the observer saw the node gone.
     deleted_seen: Option<Instant>,
+    /// When its holder, its planned hold over, let go of it (to release, drop or relock it)
+    /// before the observer saw its node gone: an end of its own, however late it is recorded.
+    let_go: Option<Instant>,
 }
 
 struct Rec {
@@ -1133,6 +1138,7 @@ fn grant(ctx: &Arc<Ctx>, me: usize, session: usize, kind: Kind, held: &Held) -> 
             end: None,
             reason: None,
             deleted_seen: None,
+            let_go: None,
         });
         r.log(format!(
             "actor {me}: GRANTED {kind:?} token {token} node {} (zk session {:#x}, epoch {epoch:?}) as holding #{hid}",
@@ -1255,7 +1261,17 @@ async fn hold(ctx: &Ctx, hid: usize, held: &Held, planned: Duration) {
     }
     // A holder whose node is gone but who has not been told holds on, as a user would, until
     // told or until the loss bound has passed (rule 3 then judges).
-    let seen = lock(&ctx.rec).holdings[hid].deleted_seen;
+    // Read and recorded under one lock with the observer's record: the seed 1812 replay once
+    // failed rule 3 when the observer's record fell between this check (nothing seen, the
+    // holder lets go) and the end's record, in the same millisecond (2026-11-27, under load).
+    let seen = {
+        let mut r = lock(&ctx.rec);
+        let seen = r.holdings[hid].deleted_seen;
+        if seen.is_none() {
+            r.holdings[hid].let_go = Some(Instant::now());
+        }
+        seen
+    };
     if let Some(t) = seen {
         let until = t + LOSS_BOUND + Duration::from_millis(200);
         tokio::select! {
@@ -1369,7 +1385,9 @@ fn final_checks(rec: &Shared) {
     for h in 0..n {
         let x = &r.holdings[h];
         let Some(td) = x.deleted_seen else { continue };
-        let own_release = matches!(x.end, Some((te, how)) if how != "lost" && te <= td);
+        let own_release = matches!(x.end, Some((te, how)) if how != "lost" && te <= td)
+            || matches!(x.end, Some((_, how)) if how != "lost")
+                && x.let_go.is_some_and(|t| t <= td);
         if own_release {
             continue;
         }
