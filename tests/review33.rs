@@ -16,7 +16,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::acl::{a_directory_denying_delete, children};
+use support::acl::{a_directory_denying_delete, children, churn};
 use support::stuck::{a_stuck_node, a_stuck_simple_lock_node};
 use support::zk::{admin, requests_in, session};
 use zk_recipes::testing::unique_root;
@@ -116,25 +116,7 @@ async fn the_sweepers_cost_for_simple_lock_nodes_in_a_busy_parent_does_not_grow_
         locks.push(a_stuck_simple_lock_node(&s, &format!("{dir}/lock-{i}")).await);
     }
     // Someone else's simple lock under the same parent, taken and released twice a second.
-    let churn = {
-        let admin = admin.clone();
-        let dir = dir.clone();
-        tokio::spawn(async move {
-            loop {
-                let p = format!("{dir}/someone-elses-lock");
-                let _ = admin
-                    .create(
-                        &p,
-                        b"",
-                        &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
-                    )
-                    .await;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                let _ = admin.delete(&p, None).await;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    let churn = churn(&admin, &dir, "someone-elses-lock");
     // The sweeper's first passes are refused at this ACL version.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let spent = requests_in(&s, Duration::from_secs(4)).await;

@@ -7,12 +7,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::acl::{
-    a_directory_denying_delete, an_open_directory, delete_given_back, deny_read_and_delete, within,
+    a_directory_denying_delete, an_open_directory, churn, delete_given_back, deny_read_and_delete,
+    within,
 };
 use support::stuck::{a_stuck_simple_lock_node, refused};
 use support::zk::{admin, requests_in, session};
 use zk_recipes::testing::unique_root;
-use zk_recipes::{zk, ExclusiveLock, RwLock};
+use zk_recipes::{ExclusiveLock, RwLock};
 
 /// Probe (question 1): the simple lock reuses one path. Our refused release drops its
 /// own-node (child) watch on that path unfired; the stuck node then goes (`admin`: an
@@ -101,25 +102,7 @@ async fn the_sweepers_cost_in_a_changing_directory_we_cannot_list_does_not_grow_
         refused(g.release()).await;
     }
     // Someone else's node comes and goes in the directory, twice a second.
-    let churn = {
-        let admin = admin.clone();
-        let dir = dir.clone();
-        tokio::spawn(async move {
-            loop {
-                let p = format!("{dir}/other");
-                let _ = admin
-                    .create(
-                        &p,
-                        b"",
-                        &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
-                    )
-                    .await;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                let _ = admin.delete(&p, None).await;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    let churn = churn(&admin, &dir, "other");
     // The sweeper's first passes are refused at this ACL version.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let spent = requests_in(&s, Duration::from_secs(4)).await;

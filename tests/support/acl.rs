@@ -81,3 +81,18 @@ pub async fn deny_read_and_delete(admin: &zk::Client, dir: &str) {
     let acl = [zk::Acl::new(P::CREATE | P::WRITE, zk::AuthId::anyone())];
     admin.set_acl(dir, &acl, None).await.unwrap();
 }
+
+/// Someone else's node, `{dir}/{name}`, made and deleted twice a second by `admin` until the
+/// task is aborted: a directory whose children others keep changing.
+pub fn churn(admin: &zk::Client, dir: &str, name: &str) -> tokio::task::JoinHandle<()> {
+    let (admin, path) = (admin.clone(), format!("{dir}/{name}"));
+    tokio::spawn(async move {
+        let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        loop {
+            let _ = admin.create(&path, b"", &ephemeral).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let _ = admin.delete(&path, None).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+}
