@@ -94,8 +94,8 @@ const READS_PER_PASS: usize = 2;
 /// What the sweeper knows of a node refused at `acl`.
 struct Refused {
     acl: AclVersions,
-    /// The directory's ACL and child versions when the node was last read, and the pass.
-    dir_seen: (i32, i32),
+    /// The directory's child version when the node was last read, and the pass.
+    children_at: i32,
     read_at: u64,
 }
 
@@ -204,7 +204,6 @@ impl Sweeper<'_> {
         if state.listed_at != Some(dir_stat.cversion) {
             self.judge_changed_dir(dir, &dir_stat, notes).await;
         }
-        let dir_seen = (dir_stat.aversion, dir_stat.cversion);
         // Least recently read first, for the node reads' share of the pass.
         let mut notes = notes.to_vec();
         notes.sort_by_key(|(path, _)| {
@@ -213,7 +212,7 @@ impl Sweeper<'_> {
         });
         let mut reads = READS_PER_PASS;
         for (path, noted) in notes {
-            self.retry_delete(path, noted, dir_seen, &mut reads).await;
+            self.retry_delete(path, noted, &dir_stat, &mut reads).await;
         }
     }
 
@@ -301,16 +300,16 @@ impl Sweeper<'_> {
         &mut self,
         path: &str,
         noted: &Noted,
-        dir_seen: (i32, i32),
+        dir_stat: &zk::Stat,
         reads: &mut usize,
     ) {
         if self.epoch.stuck_note(path) != Some(*noted) {
             return;
         }
-        let Some(node_acl) = self.node_acl(path, noted, dir_seen, reads).await else {
+        let Some(node_acl) = self.node_acl(path, noted, dir_stat.cversion, reads).await else {
             return;
         };
-        let acl = (dir_seen.0, node_acl);
+        let acl = (dir_stat.aversion, node_acl);
         let refused = self.nodes.get(path).and_then(|n| n.refused.as_ref());
         if refused.is_some_and(|known| known.acl == acl) {
             return;
@@ -320,7 +319,7 @@ impl Sweeper<'_> {
             Stuck::Yes => {
                 self.nodes.entry(path.to_string()).or_default().refused = Some(Refused {
                     acl,
-                    dir_seen,
+                    children_at: dir_stat.cversion,
                     read_at: self.pass,
                 });
             }
@@ -333,7 +332,7 @@ impl Sweeper<'_> {
     }
 
     /// The noted node's own ACL version: 0 for a queue node; for a simple-lock node, the one
-    /// known from its last refusal while the directory's children show no change and it was
+    /// known from its last refusal while the directory's children (now at `cversion`) show no change and it was
     /// read less than [`NODE_READ_EVERY`] passes ago, or when the pass's `reads` are spent;
     /// else read. `None`: it could not be read, or the node there is not the one noted (and
     /// the note is forgotten).
@@ -344,7 +343,7 @@ impl Sweeper<'_> {
         &mut self,
         path: &str,
         noted: &Noted,
-        dir_seen: (i32, i32),
+        cversion: i32,
         reads: &mut usize,
     ) -> Option<i32> {
         if !noted.shared {
@@ -355,7 +354,7 @@ impl Sweeper<'_> {
         // A node never refused to the sweeper is read once, outside the pass's share: the
         // share bounds what comes back every pass, not a note's first try.
         if let Some(known) = refused {
-            let fresh = known.dir_seen.1 == dir_seen.1 && pass - known.read_at < NODE_READ_EVERY;
+            let fresh = known.children_at == cversion && pass - known.read_at < NODE_READ_EVERY;
             if fresh || *reads == 0 {
                 return Some(known.acl.1);
             }
@@ -369,7 +368,7 @@ impl Sweeper<'_> {
         match self.epoch.check_stat(path).await {
             Ok(Some(stat)) if noted.is(&stat, self.epoch.session_id) => {
                 if let Some(known) = self.nodes.get_mut(path).and_then(|n| n.refused.as_mut()) {
-                    (known.dir_seen, known.read_at) = (dir_seen, pass);
+                    (known.children_at, known.read_at) = (cversion, pass);
                 }
                 Some(stat.aversion)
             }
