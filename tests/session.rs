@@ -2722,16 +2722,23 @@ async fn a_grace_stall_with_a_held_epoch_closes_the_session_after_resume() {
         .await
         .unwrap()
         .expect("a private ZooKeeper");
-    let connect = |policy| {
+    let connect = |policy, timeout| {
         Session::builder(server.connect_string())
-            .with_session_timeout(Duration::from_secs(10))
+            .with_session_timeout(timeout)
             .with_loss_policy(policy)
             .connect()
     };
     let dir = unique_root("grace-stall");
-    let h = connect(LossPolicy::OnExpiry).await.unwrap();
+    // The holder's session must outlive the stall on the server: with 10 s, as the waiter's,
+    // its last heartbeat before the pause could be far enough back that the server expired
+    // it at the resume (seen once in CI: both nodes gone 23 ms after the resume).
+    let h = connect(LossPolicy::OnExpiry, Duration::from_secs(30))
+        .await
+        .unwrap();
     let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
-    let s = connect(LossPolicy::Grace).await.unwrap();
+    let s = connect(LossPolicy::Grace, Duration::from_secs(10))
+        .await
+        .unwrap();
     let kept = a_kept_waiter(&s, &dir).await;
     let admin = zk_recipes::zk::Client::connector()
         .with_session_timeout(Duration::from_secs(30))
