@@ -332,10 +332,10 @@ impl Sweeper<'_> {
     }
 
     /// The noted node's own ACL version: 0 for a queue node; for a simple-lock node, the one
-    /// known from its last refusal while the directory's children (now at `cversion`) show no change and it was
-    /// read less than [`NODE_READ_EVERY`] passes ago, or when the pass's `reads` are spent;
-    /// else read. `None`: it could not be read, or the node there is not the one noted (and
-    /// the note is forgotten).
+    /// known from its last refusal while the directory's children (now at `cversion`) show no
+    /// change and it was read less than [`NODE_READ_EVERY`] passes ago, or when the pass's
+    /// `reads` are spent; else read. `None`: it could not be read, or the node there is not
+    /// the one noted (and the note is forgotten).
     ///
     /// A change of the directory's ACL alone needs no read: the versions then differ from the
     /// refusal's anyway, and [`delete_stuck`] reads the node before it deletes.
