@@ -216,6 +216,26 @@ pub async fn raw_client(cs: &str) -> Res<zk::Client> {
     Ok(client)
 }
 
+/// `n` bare clients authenticated with `digest` as `auth` (`user:password`).
+pub async fn raw_clients_auth(cs: &str, n: usize, auth: &[u8]) -> Res<Vec<zk::Client>> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let k = (n - out.len()).min(16);
+        let made = futures::future::join_all((0..k).map(|_| {
+            zk::Client::connector()
+                .with_session_timeout(SESSION_TIMEOUT)
+                .with_auth("digest", auth)
+                .connect(cs)
+        }))
+        .await;
+        for c in made {
+            out.push(c?);
+        }
+    }
+    nodelay(cs);
+    Ok(out)
+}
+
 pub async fn raw_clients(cs: &str, n: usize) -> Res<Vec<zk::Client>> {
     let mut out = Vec::with_capacity(n);
     while out.len() < n {

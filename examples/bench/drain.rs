@@ -220,21 +220,43 @@ async fn chain_once(
     how: RawRelease,
 ) -> Res<ChainRun> {
     let mark = how != RawRelease::Delete;
-    let own_watch = how == RawRelease::MultiOwnWatch;
+    let replica = how == RawRelease::Replica;
+    let own_watch = how == RawRelease::MultiOwnWatch || replica;
     gate.mkdir(dir, &PERSISTENT).await?;
     let prefix = format!("{dir}/n-");
     let (_, gate_seq) = gate.create(&prefix, b"", &EPHEMERAL_SEQUENTIAL).await?;
     let gate_path = format!("{prefix}{gate_seq}");
+    let replica_acls = [
+        zk::Acl::new(
+            zk::Permission::READ | zk::Permission::CREATE | zk::Permission::DELETE,
+            zk::AuthId::anyone(),
+        ),
+        zk::Acl::new(
+            zk::Permission::ALL,
+            zk::AuthId::new("digest", &replica_acl_id()),
+        ),
+    ];
+    let replica_options =
+        zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&replica_acls));
     // Every link's node, created in order (pipelined per client; the sequence numbers give
     // the order the server saw).
     let mut made = Vec::with_capacity(n);
     for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
         let futs = chunk.iter().map(|&i| {
             let c = clients[i % clients.len()].clone();
-            let prefix = prefix.clone();
+            let prefix = if replica {
+                format!("{dir}/_c_{}-lock-", uuid::Uuid::new_v4())
+            } else {
+                prefix.clone()
+            };
+            let options = if replica {
+                &replica_options
+            } else {
+                &EPHEMERAL_SEQUENTIAL
+            };
             async move {
-                let (_, seq) = c.create(&prefix, b"", &EPHEMERAL_SEQUENTIAL).await?;
-                Ok::<_, zk::Error>((seq.into_i64(), i))
+                let (_, seq) = c.create(&prefix, b"", options).await?;
+                Ok::<_, zk::Error>((seq.into_i64(), i, prefix))
             }
         });
         for r in futures::future::join_all(futs).await {
@@ -245,17 +267,27 @@ async fn chain_once(
     let armed = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::with_capacity(n);
     let mut pred = gate_path.clone();
-    for &(seq, i) in &made {
+    for (seq, i, prefix) in &made {
+        let (seq, i) = (*seq, *i);
         let mine = format!("{prefix}{:010}", seq);
         let c = clients[i % clients.len()].clone();
         let (armed, watched) = (armed.clone(), std::mem::replace(&mut pred, mine.clone()));
         tasks.push(tokio::spawn(async move {
             // As our holder does: a watch on its own node, set with the predecessor's
             // (pipelined), fired by its own release.
-            let own = own_watch.then(|| c.check_and_watch_stat(&mine));
+            let own = own_watch.then(|| {
+                if replica {
+                    // Our holder's own-node watch: a child watch on its node.
+                    let w = c.get_and_watch_children(&mine);
+                    futures::future::Either::Left(async move { w.await.map(|(_, _, w)| w) })
+                } else {
+                    let w = c.check_and_watch_stat(&mine);
+                    futures::future::Either::Right(async move { w.await.map(|(_, w)| w) })
+                }
+            });
             let (stat, watch) = c.check_and_watch_stat(&watched).await?;
             let own = match own {
-                Some(own) => Some(own.await?.1),
+                Some(own) => Some(own.await?),
                 None => None,
             };
             armed.fetch_add(1, Ordering::SeqCst);
@@ -271,7 +303,8 @@ async fn chain_once(
             let woke = Instant::now();
             if mark {
                 let mut multi = c.new_multi_writer();
-                multi.add_set_data(&mine, b"released", None)?;
+                let data: &[u8] = if replica { REPLICA_MARK } else { b"released" };
+                multi.add_set_data(&mine, data, None)?;
                 multi.add_delete(&mine, None)?;
                 multi.commit().await?;
             } else {
@@ -296,6 +329,7 @@ async fn chain_once(
         RawRelease::Delete => "the raw chain",
         RawRelease::Multi => "the raw chain (multi)",
         RawRelease::MultiOwnWatch => "the raw chain (multi, own watch)",
+        RawRelease::Replica => "the raw chain (our requests)",
     };
     perf_ctl(true, what);
     let (c0, x0) = (cpu_us(), ctx_switches());
@@ -353,7 +387,26 @@ enum RawRelease {
     /// watch fires with the release: one more notification per hand-off). What is left
     /// between this and ours is the recipe's own client code.
     MultiOwnWatch,
+    /// Every request as our lock sends it, from bare clients: our node names
+    /// (`_c_<uuid>-lock-`), our ACL (world: read, create, delete; the session's digest
+    /// identity: all, its clients authenticated), our own-node child watch and our marked
+    /// release. What is left between this and ours is our client code alone.
+    Replica,
 }
+
+/// The replica's digest identity, one for all its clients (each of our sessions has its own,
+/// with a longer user name: `Identity` in `src/session.rs`).
+const REPLICA_AUTH: &str = "bench:pw";
+
+/// The ACL id of [`REPLICA_AUTH`]: `user:base64(sha1(user:password))`.
+fn replica_acl_id() -> String {
+    use base64::Engine as _;
+    use sha1::Digest as _;
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha1::Sha1::digest(REPLICA_AUTH));
+    format!("bench:{hash}")
+}
+/// Our release mark (`RELEASE_MARK` in `src/queue/mod.rs`).
+const REPLICA_MARK: &[u8] = b"\x00zk-recipes:released";
 
 /// The raw chain of `n` links on `s_count` fresh bare clients.
 async fn chain(
@@ -364,12 +417,17 @@ async fn chain(
     round: usize,
     how: RawRelease,
 ) -> Res<ChainRun> {
-    let clients = raw_clients(cs, s_count).await?;
+    let clients = if how == RawRelease::Replica {
+        raw_clients_auth(cs, s_count, REPLICA_AUTH.as_bytes()).await?
+    } else {
+        raw_clients(cs, s_count).await?
+    };
     let observer = raw_client(cs).await?;
     let dir = match how {
         RawRelease::Delete => "chain",
         RawRelease::Multi => "chain-multi",
         RawRelease::MultiOwnWatch => "chain-multi-own",
+        RawRelease::Replica => "chain-replica",
     };
     let dir = format!("{root}/{dir}-{n}-{round}");
     chain_once(&clients, &observer, &dir, n, how).await
@@ -390,6 +448,13 @@ pub async fn run(
         "3. drain {n} queued waiters ({s_count} sessions x {} FairLock contenders), then the raw chain on {s_count} bare clients",
         n.div_ceil(s_count),
     ));
+    if balanced_chain() != RawRelease::Delete || stand_in().is_some() {
+        println!(
+            "   DIAGNOSTIC (not the goal's figure): balanced chain {:?}, in our place {}",
+            balanced_chain(),
+            stand_in().map_or("ours".to_string(), |s| format!("{s:?}")),
+        );
+    }
     {
         // Warm-up, not counted, every round (each round has a fresh server, as the peers'
         // script starts one each time): on a freshly started server the JVM's JIT compiler is still
@@ -425,12 +490,31 @@ pub async fn run(
     let mut in_order = Vec::with_capacity(8);
     for (pass, is_ours) in order.into_iter().enumerate() {
         let id = round * 10 + pass;
-        if is_ours {
+        if let (true, Some(stand_in)) = (is_ours, stand_in()) {
+            // Diagnostic: a raw chain in our place, so the round's ratio is that chain's over
+            // the balanced chain's (the server's share of some of our requests).
+            let c = chain(cs, root, s_count, n, id + 100, stand_in).await?;
+            in_order.push(format!("{stand_in:?} {:.0}", c.0 * 1e6 / n as f64));
+            ours_runs.push((
+                DrainRun {
+                    secs: c.0,
+                    cpu: c.2,
+                    split: c.1,
+                    queue_requests: 0,
+                    handoff_requests: 0,
+                    packets: 0.0,
+                    fired: 0.0,
+                    rss_per_waiter: 0.0,
+                    fill_secs: 0.0,
+                },
+                Arc::new(Exclusion::default()),
+            ));
+        } else if is_ours {
             let (r, ex) = ours_once(cs, root, s_count, n, id).await?;
             in_order.push(format!("ours {:.0}", r.secs * 1e6 / n as f64));
             ours_runs.push((r, ex));
         } else {
-            let c = chain(cs, root, s_count, n, id, RawRelease::Delete).await?;
+            let c = chain(cs, root, s_count, n, id, balanced_chain()).await?;
             in_order.push(format!("chain {:.0}", c.0 * 1e6 / n as f64));
             chain_runs.push(c);
         }
@@ -547,4 +631,25 @@ pub async fn run(
         chain_cpu / k,
     );
     Ok(())
+}
+
+/// The chain the drain is balanced against: the plain delete (the baseline), or with
+/// `BENCH_CHAIN=replica` our own requests from bare clients (a diagnostic: the ratio then
+/// measures our client code alone).
+fn balanced_chain() -> RawRelease {
+    match std::env::var("BENCH_CHAIN").as_deref() {
+        Ok("replica") => RawRelease::Replica,
+        _ => RawRelease::Delete,
+    }
+}
+
+/// With `BENCH_OURS_AS=replica|multi|multi-own`, that raw chain runs in our place in the
+/// drain's balanced turns (a diagnostic).
+fn stand_in() -> Option<RawRelease> {
+    match std::env::var("BENCH_OURS_AS").as_deref() {
+        Ok("replica") => Some(RawRelease::Replica),
+        Ok("multi") => Some(RawRelease::Multi),
+        Ok("multi-own") => Some(RawRelease::MultiOwnWatch),
+        _ => None,
+    }
 }

@@ -90,6 +90,12 @@ usage: cargo run --release --features testing --example bench -- [options]
 
 env: ZK_CONNECT=host:port use that ZooKeeper instead of starting one (server settings unknown)
      PEER_BENCH=path/run.sh the peers' script (default: ../shared/bench/peers/run.sh)
+     BENCH_CHAIN=replica    diagnostic: the drain's balanced chain sends our lock's own requests
+                            (our names, ACL, own-node child watch, marked release) from bare
+                            clients, so its ratio is our client code's share alone
+     BENCH_OURS_AS=replica|multi|multi-own
+                            diagnostic: that raw chain takes our place in the drain's balanced
+                            turns, so its ratio is the server's share of those requests
 ";
 
 #[derive(Debug, Clone)]
