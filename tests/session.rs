@@ -2715,13 +2715,25 @@ async fn reads_cut_off_while_close_waits_for_a_release_answer_closed() {
 /// the grace deadline, 8.5 s) whose kept fair-lock acquire holds its epoch, when the server
 /// stalls (paused: TCP up, nothing answered) for 9.5 s, then the epoch ends by the deadline
 /// while the client still says connected, and the 2 s path closes the old session once the
-/// server answers again: the kept waiter's node leaves the queue within 6 s of the resume.
+/// server answers again: the kept waiter's node leaves the queue within 6 s of the resume,
+/// and the holder's stays.
+///
+/// Neither session may be expired by the server itself at the resume, or the test would pass
+/// (one node gone) without our close path: the server runs with tickTime 2 s, so that the
+/// holder's 30 s session is granted (the harness's 500 ms caps sessions at 10 s, and the
+/// holder's node was once the one gone 17 ms after the resume), and both sessions make a
+/// request right before the pause, so that the server's deadline for the waiter's is at least
+/// 10 s after it (its heartbeat, queued during the stall, renews it at the resume).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grace_stall_with_a_held_epoch_closes_the_session_after_resume() {
-    let server = tokio::task::spawn_blocking(zk_recipes::testing::ZooKeeperServer::start)
-        .await
-        .unwrap()
-        .expect("a private ZooKeeper");
+    let server = tokio::task::spawn_blocking(|| {
+        zk_recipes::testing::ZooKeeperServer::start_with(
+            zk_recipes::testing::ServerOptions::new().with_tick_time(Duration::from_secs(2)),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("a private ZooKeeper");
     let connect = |policy, timeout| {
         Session::builder(server.connect_string())
             .with_session_timeout(timeout)
@@ -2729,13 +2741,18 @@ async fn a_grace_stall_with_a_held_epoch_closes_the_session_after_resume() {
             .connect()
     };
     let dir = unique_root("grace-stall");
-    // The holder's session must outlive the stall on the server: with 10 s, as the waiter's,
-    // its last heartbeat before the pause could be far enough back that the server expired
-    // it at the resume (seen once in CI: both nodes gone 23 ms after the resume).
+    // The holder's session must outlive the stall on the server (seen in CI with 10 s, as
+    // the waiter's: both nodes gone 23 ms after the resume).
     let h = connect(LossPolicy::OnExpiry, Duration::from_secs(30))
         .await
         .unwrap();
+    assert_eq!(
+        h.session_timeout(),
+        Duration::from_secs(30),
+        "the holder's session timeout was cut by the server"
+    );
     let held = FairLock::new(&h, &dir).unwrap().lock().await.unwrap();
+    let held_name = held.path().rsplit('/').next().unwrap().to_string();
     let s = connect(LossPolicy::Grace, Duration::from_secs(10))
         .await
         .unwrap();
@@ -2747,6 +2764,9 @@ async fn a_grace_stall_with_a_held_epoch_closes_the_session_after_resume() {
         .unwrap();
     assert_eq!(admin.list_children(&dir).await.unwrap().len(), 2);
     let mut events = s.latest_state();
+    // Renewed on the server right before the pause (see the test's docs).
+    s.read(&dir).await.unwrap();
+    h.read(&dir).await.unwrap();
     let paused = Instant::now();
     server.pause().unwrap();
     tokio::time::timeout(
@@ -2771,8 +2791,9 @@ async fn a_grace_stall_with_a_held_epoch_closes_the_session_after_resume() {
     s.close().await;
     h.close().await;
     assert_eq!(
-        left.len(),
-        1,
-        "the held ended epoch's session kept its node: {left:?}"
+        left,
+        vec![held_name],
+        "within 6 s of the resume, the held ended epoch's node should be gone and the holder's \
+         left (a holder's node gone means the server expired its session, not our close)"
     );
 }
