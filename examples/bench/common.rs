@@ -208,39 +208,30 @@ pub fn requests(sessions: &[Session]) -> u64 {
 
 /// A bare `zookeeper_client::Client` (our client library, no recipe), Nagle off.
 pub async fn raw_client(cs: &str) -> Res<zk::Client> {
-    let client = zk::Client::connector()
-        .with_session_timeout(SESSION_TIMEOUT)
-        .connect(cs)
-        .await?;
+    let client = raw_connect(cs, None).await?;
     nodelay(cs);
     Ok(client)
 }
 
-/// `n` bare clients authenticated with `digest` as `auth` (`user:password`).
-pub async fn raw_clients_auth(cs: &str, n: usize, auth: &[u8]) -> Res<Vec<zk::Client>> {
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let k = (n - out.len()).min(16);
-        let made = futures::future::join_all((0..k).map(|_| {
-            zk::Client::connector()
-                .with_session_timeout(SESSION_TIMEOUT)
-                .with_auth("digest", auth)
-                .connect(cs)
-        }))
-        .await;
-        for c in made {
-            out.push(c?);
-        }
+/// A bare client, authenticated with `digest` as `auth` (`user:password`) when given.
+async fn raw_connect(cs: &str, auth: Option<&[u8]>) -> Res<zk::Client> {
+    let mut connector = zk::Client::connector().with_session_timeout(SESSION_TIMEOUT);
+    if let Some(auth) = auth {
+        connector = connector.with_auth("digest", auth);
     }
-    nodelay(cs);
-    Ok(out)
+    Ok(connector.connect(cs).await?)
 }
 
 pub async fn raw_clients(cs: &str, n: usize) -> Res<Vec<zk::Client>> {
+    raw_clients_auth(cs, n, None).await
+}
+
+/// `n` bare clients, made 16 at a time; authenticated as [`raw_connect`] says.
+pub async fn raw_clients_auth(cs: &str, n: usize, auth: Option<&[u8]>) -> Res<Vec<zk::Client>> {
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
         let k = (n - out.len()).min(16);
-        for c in futures::future::join_all((0..k).map(|_| raw_client(cs))).await {
+        for c in futures::future::join_all((0..k).map(|_| raw_connect(cs, auth))).await {
             out.push(c?);
         }
     }

@@ -418,7 +418,7 @@ async fn chain(
     how: RawRelease,
 ) -> Res<ChainRun> {
     let clients = if how == RawRelease::Replica {
-        raw_clients_auth(cs, s_count, REPLICA_AUTH.as_bytes()).await?
+        raw_clients_auth(cs, s_count, Some(REPLICA_AUTH.as_bytes())).await?
     } else {
         raw_clients(cs, s_count).await?
     };
