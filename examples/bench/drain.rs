@@ -303,7 +303,11 @@ async fn chain_once(
             let woke = Instant::now();
             if mark {
                 let mut multi = c.new_multi_writer();
-                let data: &[u8] = if replica { REPLICA_MARK } else { b"released" };
+                let data: &[u8] = if replica {
+                    zk_recipes::testing::RELEASE_MARK
+                } else {
+                    b"released"
+                };
                 multi.add_set_data(&mine, data, None)?;
                 multi.add_delete(&mine, None)?;
                 multi.commit().await?;
@@ -405,8 +409,6 @@ fn replica_acl_id() -> String {
     let hash = base64::engine::general_purpose::STANDARD.encode(sha1::Sha1::digest(REPLICA_AUTH));
     format!("bench:{hash}")
 }
-/// Our release mark (`RELEASE_MARK` in `src/queue/mod.rs`).
-const REPLICA_MARK: &[u8] = b"\x00zk-recipes:released";
 
 /// The raw chain of `n` links on `s_count` fresh bare clients.
 async fn chain(
@@ -448,11 +450,11 @@ pub async fn run(
         "3. drain {n} queued waiters ({s_count} sessions x {} FairLock contenders), then the raw chain on {s_count} bare clients",
         n.div_ceil(s_count),
     ));
-    if balanced_chain() != RawRelease::Delete || stand_in().is_some() {
+    let (balanced, in_our_place) = (balanced_chain(), stand_in());
+    if balanced != RawRelease::Delete || in_our_place.is_some() {
         println!(
-            "   DIAGNOSTIC (not the goal's figure): balanced chain {:?}, in our place {}",
-            balanced_chain(),
-            stand_in().map_or("ours".to_string(), |s| format!("{s:?}")),
+            "   DIAGNOSTIC (not the goal's figure): balanced chain {balanced:?}, in our place {}",
+            in_our_place.map_or("ours".to_string(), |s| format!("{s:?}")),
         );
     }
     {
@@ -490,7 +492,7 @@ pub async fn run(
     let mut in_order = Vec::with_capacity(8);
     for (pass, is_ours) in order.into_iter().enumerate() {
         let id = round * 10 + pass;
-        if let (true, Some(stand_in)) = (is_ours, stand_in()) {
+        if let (true, Some(stand_in)) = (is_ours, in_our_place) {
             // Diagnostic: a raw chain in our place, so the round's ratio is that chain's over
             // the balanced chain's (the server's share of some of our requests).
             let c = chain(cs, root, s_count, n, id + 100, stand_in).await?;
@@ -514,7 +516,7 @@ pub async fn run(
             in_order.push(format!("ours {:.0}", r.secs * 1e6 / n as f64));
             ours_runs.push((r, ex));
         } else {
-            let c = chain(cs, root, s_count, n, id, balanced_chain()).await?;
+            let c = chain(cs, root, s_count, n, id, balanced).await?;
             in_order.push(format!("chain {:.0}", c.0 * 1e6 / n as f64));
             chain_runs.push(c);
         }

@@ -105,8 +105,9 @@ pub use contenders::{list_contenders, roles, Contender, Role};
 pub(crate) use holding::{delete_stuck, Holding, Stuck};
 pub(crate) use sweep::ensure as ensure_sweeper;
 
-/// The data our release writes just before deleting a contender node.
-pub(crate) const RELEASE_MARK: &[u8] = b"\x00zk-recipes:released";
+/// The data our release writes just before deleting a contender node (re-exported as
+/// `testing::RELEASE_MARK`, for the bench's raw chain that sends our requests).
+pub const RELEASE_MARK: &[u8] = b"\x00zk-recipes:released";
 
 /// A boxed one-shot watch.
 pub(crate) type WatchFuture = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;

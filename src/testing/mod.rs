@@ -60,6 +60,9 @@ use self::jvm::*;
 pub use self::options::ServerOptions;
 pub use self::proxy::{Fault, FaultAction, FaultPoint, FaultProxy, FaultStatus};
 pub use self::server::ZooKeeperServer;
+/// The data a release of ours writes on a contender node in the transaction that deletes it:
+/// the mark that hands the lock to the waiter behind (for raw clients that mimic our release).
+pub use crate::queue::RELEASE_MARK;
 
 const INSTALL_HINT: &str = "install it with: apt-get install -y zookeeper default-jre-headless";
 const DEFAULT_ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
