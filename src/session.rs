@@ -472,18 +472,24 @@ pub(crate) struct Identity {
 
 impl Identity {
     fn new() -> Identity {
-        use base64::Engine as _;
-        use sha1::Digest as _;
         let user = format!("zk-recipes-{}", uuid::Uuid::new_v4().simple());
         let password = uuid::Uuid::new_v4().simple().to_string();
-        let credentials = format!("{user}:{password}");
-        let hash =
-            base64::engine::general_purpose::STANDARD.encode(sha1::Sha1::digest(&credentials));
         Identity {
-            acl_id: format!("{user}:{hash}"),
-            credentials,
+            acl_id: digest_acl_id(&user, &password),
+            credentials: format!("{user}:{password}"),
         }
     }
+}
+
+/// The id of a `digest` ACL entry for `user` with `password`: `user:base64(sha1(user:password))`,
+/// as ZooKeeper's `DigestAuthenticationProvider` makes it (also behind
+/// `testing::digest_acl_id`, for the bench's raw clients that mimic our contender ACL).
+pub(crate) fn digest_acl_id(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    use sha1::Digest as _;
+    let hash = base64::engine::general_purpose::STANDARD
+        .encode(sha1::Sha1::digest(format!("{user}:{password}")));
+    format!("{user}:{hash}")
 }
 
 impl std::fmt::Debug for Identity {

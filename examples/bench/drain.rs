@@ -233,7 +233,10 @@ async fn chain_once(
         ),
         zk::Acl::new(
             zk::Permission::ALL,
-            zk::AuthId::new("digest", &replica_acl_id()),
+            zk::AuthId::new(
+                "digest",
+                &zk_recipes::testing::digest_acl_id(REPLICA_USER, REPLICA_PASSWORD),
+            ),
         ),
     ];
     let replica_options =
@@ -400,15 +403,8 @@ enum RawRelease {
 
 /// The replica's digest identity, one for all its clients (each of our sessions has its own,
 /// with a longer user name: `Identity` in `src/session.rs`).
-const REPLICA_AUTH: &str = "bench:pw";
-
-/// The ACL id of [`REPLICA_AUTH`]: `user:base64(sha1(user:password))`.
-fn replica_acl_id() -> String {
-    use base64::Engine as _;
-    use sha1::Digest as _;
-    let hash = base64::engine::general_purpose::STANDARD.encode(sha1::Sha1::digest(REPLICA_AUTH));
-    format!("bench:{hash}")
-}
+const REPLICA_USER: &str = "bench";
+const REPLICA_PASSWORD: &str = "pw";
 
 /// The raw chain of `n` links on `s_count` fresh bare clients.
 async fn chain(
@@ -420,7 +416,12 @@ async fn chain(
     how: RawRelease,
 ) -> Res<ChainRun> {
     let clients = if how == RawRelease::Replica {
-        raw_clients_auth(cs, s_count, Some(REPLICA_AUTH.as_bytes())).await?
+        raw_clients_auth(
+            cs,
+            s_count,
+            Some(format!("{REPLICA_USER}:{REPLICA_PASSWORD}").as_bytes()),
+        )
+        .await?
     } else {
         raw_clients(cs, s_count).await?
     };

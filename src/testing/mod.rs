@@ -289,3 +289,16 @@ mod tests {
 mod expire;
 mod playground;
 pub use playground::Playground;
+
+/// The id of a `digest` ACL entry, `user:base64(sha1(user:password))`, made as each session's
+/// own identity is: for raw clients that mimic our contender ACL (the bench's replica chain).
+///
+/// ```
+/// assert_eq!(
+///     zk_recipes::testing::digest_acl_id("bench", "pw"),
+///     "bench:j5t6H2hjkmjTwc3irGBHecw4ka8="
+/// );
+/// ```
+pub fn digest_acl_id(user: &str, password: &str) -> String {
+    crate::session::digest_acl_id(user, password)
+}
