@@ -2782,8 +2782,9 @@ async fn a_grace_stall_with_a_held_epoch_closes_the_session_after_resume() {
     tokio::time::sleep_until((paused + Duration::from_millis(9500)).into()).await;
     server.resume().unwrap();
     let resumed = Instant::now();
+    let window = Duration::from_secs(15);
     let mut left = admin.list_children(&dir).await.unwrap();
-    while left.len() > 1 && resumed.elapsed() < Duration::from_secs(15) {
+    while left.len() > 1 && resumed.elapsed() < window {
         tokio::time::sleep(Duration::from_millis(100)).await;
         left = admin.list_children(&dir).await.unwrap();
     }
@@ -2795,7 +2796,7 @@ async fn a_grace_stall_with_a_held_epoch_closes_the_session_after_resume() {
     assert_eq!(
         left,
         vec![held_name],
-        "within 15 s of the resume, the held ended epoch's node should be gone and the holder's \
-         left (a holder's node gone means the server expired its session, not our close)"
+        "within {window:?} of the resume, the held ended epoch's node should be gone and the \
+         holder's left (a holder's node gone means the server expired its session, not our close)"
     );
 }
