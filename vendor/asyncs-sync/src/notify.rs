@@ -435,7 +435,14 @@ impl Notify {
         let notification = match waiter.notification.load(Acquire) {
             None => {
                 let mut list = self.list.lock().unwrap();
-                if list.unlink(waiter) && list.is_empty() {
+                // zk-recipes patch (see PATCHES.md): a notifier pops a waiter and stores its
+                // notification while holding this lock. If that happened after the load above,
+                // the waiter is no longer in any list and its links are stale: `notify_all`
+                // leaves a popped waiter's `next` pointing at the guard node on its own stack,
+                // which is gone once it returns. Unlinking it then wrote through those links into
+                // a dead stack frame and into other waiters. Only a waiter that is still queued
+                // is unlinked.
+                if waiter.notification.load(Relaxed).is_none() && list.unlink(waiter) && list.is_empty() {
                     let state = self.state.load(Relaxed);
                     if state.status == Status::Waiting {
                         self.state.store(state.with_status(Status::Idle), Relaxed);

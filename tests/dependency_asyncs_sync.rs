@@ -1,0 +1,125 @@
+//! The memory-safety fix in our patched copy of `asyncs-sync` (`vendor/asyncs-sync`, see its
+//! `PATCHES.md`), which `zookeeper-client` uses for every session's state channel.
+//!
+//! In asyncs-sync 0.4.0, dropping a `Notify` waiter just as `notify_all` wakes it wrote
+//! through stale list links into `notify_all`'s finished stack frame and into other waiters.
+//! The session-state channel's `publish` is a `notify_all`, and every `state_watcher().changed()`
+//! future that a `select!` or an ending runtime drops is such a waiter: the session test binary
+//! died of it once in CI (SIGSEGV, the instruction pointer on a dead stack frame whose two
+//! words pointed at themselves, as that guard node's links do). Against the unpatched crate
+//! each test below crashes the process or finds its stack changed within about a second, in
+//! debug and in release builds; it needs no ZooKeeper.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use asyncs_sync::{watch, Notify};
+
+/// How long each test races.
+const RACE: Duration = Duration::from_secs(2);
+/// Threads that make waiters and drop them.
+const DROPPERS: usize = 3;
+
+const PATTERN: usize = 0x5a5a_5a5a_5a5a_5a5a;
+
+/// Lays a known pattern over the stack just below the caller's frame, where the notifier's
+/// frame (and its guard node) was a moment before, waits a little, and says whether anything
+/// wrote into it meanwhile: only a stale pointer into a dead frame can.
+#[inline(never)]
+fn stack_written_after_return() -> bool {
+    let mut area = [PATTERN; 256];
+    black_box(&mut area);
+    for _ in 0..200 {
+        std::hint::spin_loop();
+    }
+    black_box(&mut area);
+    area.iter().any(|&w| w != PATTERN)
+}
+
+/// Runs `drop_one` on [`DROPPERS`] threads and `notify` on this one, for [`RACE`]; returns
+/// (notifications sent, waiters dropped, notifications after which the notifier's dead frame
+/// had been written).
+fn race(drop_one: impl Fn() + Send + Sync + 'static, notify: impl Fn()) -> (u64, u64, u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicU64::new(0));
+    let drop_one = Arc::new(drop_one);
+    let threads: Vec<_> = (0..DROPPERS)
+        .map(|_| {
+            let (stop, dropped, drop_one) = (stop.clone(), dropped.clone(), drop_one.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Relaxed) {
+                    drop_one();
+                    // Vary the time between the waiter's first poll and its drop.
+                    for _ in 0..(dropped.fetch_add(1, Relaxed) % 64) {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + RACE;
+    let (mut sent, mut written) = (0, 0);
+    while std::time::Instant::now() < deadline {
+        notify();
+        if stack_written_after_return() {
+            written += 1;
+        }
+        sent += 1;
+    }
+    stop.store(true, Relaxed);
+    for t in threads {
+        t.join().expect("a dropping thread panicked");
+    }
+    (sent, dropped.load(Relaxed), written)
+}
+
+#[test]
+fn a_notify_waiter_dropped_while_notify_all_wakes_it_leaves_no_stale_write() {
+    let notify: &'static Notify = Box::leak(Box::new(Notify::new()));
+    let (sent, dropped, written) = race(
+        move || {
+            // Polled once (queued in the waiter list), then dropped.
+            let mut waiter = pin!(notify.notified());
+            let _ = waiter
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()));
+        },
+        || notify.notify_all(),
+    );
+    println!("notify_all: {sent}, waiters dropped: {dropped}, stale writes seen: {written}");
+    assert!(sent > 1000 && dropped > 1000, "the race barely ran");
+    assert_eq!(
+        written, 0,
+        "a dropped waiter wrote into notify_all's returned stack frame"
+    );
+}
+
+#[test]
+fn a_state_channel_changed_future_dropped_while_published_leaves_no_stale_write() {
+    // The shape zookeeper-client's session-state channel is used in: the client publishes,
+    // and a `changed()` that another select! branch beat is dropped.
+    let (sender, receiver) = watch::channel(0u64);
+    let next = AtomicU64::new(0);
+    let (sent, dropped, written) = race(
+        move || {
+            let mut receiver = receiver.clone();
+            let _ = receiver.borrow_and_update();
+            let mut changed = pin!(receiver.changed());
+            let _ = changed
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()));
+        },
+        || sender.publish(next.fetch_add(1, Relaxed)),
+    );
+    println!("published: {sent}, changed() dropped: {dropped}, stale writes seen: {written}");
+    assert!(sent > 1000 && dropped > 1000, "the race barely ran");
+    assert_eq!(
+        written, 0,
+        "a dropped changed() wrote into publish's returned stack frame"
+    );
+}
