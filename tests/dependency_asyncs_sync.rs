@@ -1,5 +1,6 @@
-//! The memory-safety fix in our patched copy of `asyncs-sync` (`vendor/asyncs-sync`, see its
-//! `PATCHES.md`), which `zookeeper-client` uses for every session's state channel.
+//! The fixes in our patched copy of `asyncs-sync` (`vendor/asyncs-sync`, see its `PATCHES.md`),
+//! which `zookeeper-client` uses for every session's state channel: the `Notify` race (the
+//! first two tests) and two races of the `watch` channel (the last two). None needs ZooKeeper.
 //!
 //! In asyncs-sync 0.4.0, dropping a `Notify` waiter just as `notify_all` wakes it wrote
 //! through stale list links into `notify_all`'s finished stack frame and into other waiters.
@@ -7,8 +8,8 @@
 //! future that a `select!` or an ending runtime drops is such a waiter: the session test binary
 //! died of it once in CI (SIGSEGV, the instruction pointer on a dead stack frame whose two
 //! words pointed at themselves, as that guard node's links do). Against the unpatched crate
-//! each test below crashes the process or finds its stack changed within about a second, in
-//! debug and in release builds; it needs no ZooKeeper.
+//! each of the first two tests crashes the process or finds its stack changed within about a
+//! second, in debug and in release builds.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -121,5 +122,89 @@ fn a_state_channel_changed_future_dropped_while_published_leaves_no_stale_write(
     assert_eq!(
         written, 0,
         "a dropped changed() wrote into publish's returned stack frame"
+    );
+}
+
+#[test]
+fn a_state_channel_reader_sees_only_published_values_in_order() {
+    // One publisher, as the session's client is. A reader that loaded the latest slot just
+    // before the publisher freed and reused it for its next value used to get that value
+    // before it was published: `has_changed()` then disagreed with the value, values went
+    // backwards, or the reader panicked ("BUG: version is monotonic").
+    let (sender, mut receiver) = watch::channel(0u64);
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut value = 0;
+            while !stop.load(Relaxed) {
+                value += 1;
+                sender.publish(value);
+            }
+            value
+        })
+    };
+    let deadline = std::time::Instant::now() + RACE;
+    let (mut reads, mut wrong, mut first_wrong) = (0u64, 0u64, None);
+    let mut last = 0;
+    while std::time::Instant::now() < deadline {
+        let seen = *receiver.borrow_and_update();
+        let now = receiver.borrow();
+        let (value, changed) = (*now, now.has_changed());
+        drop(now);
+        if seen < last || value < seen || changed != (value != seen) {
+            wrong += 1;
+            first_wrong.get_or_insert((last, seen, value, changed));
+        }
+        last = seen;
+        reads += 1;
+    }
+    stop.store(true, Relaxed);
+    let published = publisher.join().expect("the publisher panicked");
+    println!("published: {published}, reads: {reads}, wrong: {wrong}, first: {first_wrong:?}");
+    assert!(published > 1000 && reads > 1000, "the race barely ran");
+    assert_eq!(
+        wrong, 0,
+        "a reader saw an unpublished or older value (last, seen, then, has_changed): {first_wrong:?}"
+    );
+}
+
+#[test]
+fn a_state_channel_with_two_publishers_keeps_every_slot_consistent() {
+    // `Sender` is `Clone + Sync`; two publishers at once used to take the same free slot
+    // (its free list's pop is not safe for two), overwriting a live value: a debug build
+    // panics in `Slot::store`'s check or in the reader's version check.
+    let (sender, mut receiver) = watch::channel(0u64);
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishers: Vec<_> = (0..2)
+        .map(|_| {
+            let (sender, stop) = (sender.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut sent = 0u64;
+                while !stop.load(Relaxed) {
+                    sent += 1;
+                    sender.publish(sent);
+                }
+                sent
+            })
+        })
+        .collect();
+    drop(sender);
+    let deadline = std::time::Instant::now() + RACE;
+    let mut reads = 0u64;
+    while std::time::Instant::now() < deadline {
+        let _ = *receiver.borrow_and_update();
+        reads += 1;
+    }
+    stop.store(true, Relaxed);
+    let sent: Vec<u64> = publishers
+        .into_iter()
+        .map(|p| p.join().expect("a publisher panicked"))
+        .collect();
+    println!("published: {sent:?}, reads: {reads}");
+    let last = *receiver.borrow();
+    assert!(
+        sent.contains(&last),
+        "the channel's last value {last} is neither publisher's last ({sent:?})"
     );
 }

@@ -1,4 +1,5 @@
 use std::future::Future;
+use std::marker::PhantomPinned;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::ptr;
@@ -375,7 +376,7 @@ impl Notify {
     /// Constructs a attached [Notified] to consume permit from [Notify::notify_one].
     pub fn notified(&self) -> Notified<'_> {
         let round = self.round();
-        Notified { notify: self, stage: Stage::default(), round, waiter: Waiter::default() }
+        Notified { notify: self, stage: Stage::default(), round, waiter: Waiter::default(), _pin: PhantomPinned }
     }
 
     /// Notifies one waiting task or stores a permit to consume in case of no waiting task.
@@ -637,6 +638,9 @@ pub struct Notified<'a> {
     round: Round,
 
     waiter: Waiter,
+
+    // `waiter` is linked into `Notify::list` by address once polled or enabled.
+    _pin: PhantomPinned,
 }
 
 unsafe impl Send for Notified<'_> {}
@@ -650,16 +654,18 @@ impl<'a> Notified<'a> {
     /// over to [Notify] in case of no new [Notify::notify_all].
     ///
     /// [Notified::poll] will enable this also.
-    pub fn enable(mut self: Pin<&mut Self>) {
-        if self.stage != Stage::Init {
+    pub fn enable(self: Pin<&mut Self>) {
+        // SAFETY: nothing is moved out; `waiter` stays where it is.
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.stage != Stage::Init {
             return;
         }
-        let round = self.round;
-        if let Poll::Ready(notification) = self.notify.poll(&mut self.waiter, round) {
-            self.stage = Stage::Finished;
-            self.waiter.notification.store(notification, Relaxed);
+        let round = this.round;
+        if let Poll::Ready(notification) = this.notify.poll(&mut this.waiter, round) {
+            this.stage = Stage::Finished;
+            this.waiter.notification.store(notification, Relaxed);
         } else {
-            self.stage = Stage::Waiting;
+            this.stage = Stage::Waiting;
         }
     }
 
@@ -674,37 +680,39 @@ impl<'a> Notified<'a> {
 impl Future for Notified<'_> {
     type Output = ();
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let round = self.round;
-        match self.stage {
-            Stage::Init => match self.notify.poll(&mut self.waiter, round) {
-                Poll::Pending => self.stage = Stage::Waiting,
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: nothing is moved out; `waiter` stays where it is.
+        let this = unsafe { self.get_unchecked_mut() };
+        let round = this.round;
+        match this.stage {
+            Stage::Init => match this.notify.poll(&mut this.waiter, round) {
+                Poll::Pending => this.stage = Stage::Waiting,
                 Poll::Ready(_) => {
-                    self.stage = Stage::Finished;
+                    this.stage = Stage::Finished;
                     return Poll::Ready(());
                 },
             },
-            Stage::Waiting => match self.waiter.notification.load(Acquire) {
+            Stage::Waiting => match this.waiter.notification.load(Acquire) {
                 None => {},
                 Some(_) => {
-                    self.waiter.notification.clear();
-                    self.stage = Stage::Finished;
+                    this.waiter.notification.clear();
+                    this.stage = Stage::Finished;
                     return Poll::Ready(());
                 },
             },
             Stage::Finished => {
                 // We could come from `enable`.
-                self.waiter.notification.clear();
+                this.waiter.notification.clear();
                 return Poll::Ready(());
             },
         }
-        debug_assert_eq!(self.stage, Stage::Waiting);
-        if unsafe { self.waiter.parking.park(cx.waker()).is_ready() } {
-            while self.waiter.notification.load(Acquire).is_none() {
+        debug_assert_eq!(this.stage, Stage::Waiting);
+        if unsafe { this.waiter.parking.park(cx.waker()).is_ready() } {
+            while this.waiter.notification.load(Acquire).is_none() {
                 std::hint::spin_loop();
             }
-            self.waiter.notification.clear();
-            self.stage = Stage::Finished;
+            this.waiter.notification.clear();
+            this.stage = Stage::Finished;
             return Poll::Ready(());
         }
         Poll::Pending

@@ -1,14 +1,13 @@
 //! Channel to publish and subscribe values.
 
 use std::cell::{Cell, UnsafeCell};
-use std::cmp::Ordering::*;
 use std::fmt::{self, Formatter};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Deref;
 use std::ptr;
 use std::sync::atomic::Ordering::{self, *};
 use std::sync::atomic::{AtomicPtr, AtomicUsize};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::Notify;
 
@@ -42,7 +41,7 @@ struct Slot<T> {
     frees: AtomicPtr<Slot<T>>,
 
     /// Safety: never changed after published and before reclaimed
-    value: UnsafeCell<ManuallyDrop<T>>,
+    value: UnsafeCell<MaybeUninit<T>>,
     version: Cell<Version>,
 }
 
@@ -51,7 +50,7 @@ impl<T> Default for Slot<T> {
         Self {
             refs: AtomicUsize::new(0),
             frees: AtomicPtr::new(ptr::null_mut()),
-            value: UnsafeCell::new(ManuallyDrop::new(unsafe { MaybeUninit::zeroed().assume_init() })),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
             version: Cell::new(Version::default()),
         }
     }
@@ -61,32 +60,22 @@ impl<T> Slot<T> {
     fn store(&self, value: T) {
         debug_assert_eq!(self.refs.load(Relaxed), 0);
         unsafe {
-            std::ptr::write(self.value.get(), ManuallyDrop::new(value));
+            (*self.value.get()).write(value);
         }
         self.refs.store(1, Relaxed);
     }
 
-    /// Retains current or newer version.
-    unsafe fn retain(&self, version: Version) -> Option<&Slot<T>> {
+    /// Retains this slot unless it is free. The caller must check that it is still the published
+    /// slot: it could have been freed and reused for a value not yet published since it was loaded.
+    unsafe fn retain(&self) -> Option<&Slot<T>> {
         let mut refs = self.refs.load(Relaxed);
         loop {
             if refs == 0 {
                 return None;
             }
             match self.refs.compare_exchange(refs, refs + 1, Relaxed, Relaxed) {
-                Ok(_) => {},
-                Err(updated) => {
-                    refs = updated;
-                    continue;
-                },
-            }
-            match self.version.get().cmp(&version) {
-                Equal | Greater => return Some(self),
-                Less => panic!(
-                    "BUG: version is monotonic, expect version {:?}, got old version {:?}",
-                    version,
-                    self.version.get()
-                ),
+                Ok(_) => return Some(self),
+                Err(updated) => refs = updated,
             }
         }
     }
@@ -96,8 +85,8 @@ impl<T> Slot<T> {
 struct UnsafeSlot<T>(Slot<T>);
 
 impl<T> UnsafeSlot<T> {
-    pub fn retain(&self, version: Version) -> Option<&Slot<T>> {
-        unsafe { self.0.retain(version) }
+    pub fn retain(&self) -> Option<&Slot<T>> {
+        unsafe { self.0.retain() }
     }
 
     pub unsafe fn slot(&self) -> &Slot<T> {
@@ -155,8 +144,8 @@ impl Latest {
     }
 
     pub fn close(&self) {
-        let u = self.0.load(Relaxed);
-        self.0.store(u | Self::CLOSED, Relaxed);
+        // One atomic step, so that no concurrent change of the slot pointer is lost.
+        self.0.fetch_or(Self::CLOSED, Relaxed);
     }
 }
 
@@ -168,6 +157,9 @@ struct Shared<T> {
 
     closed: Notify,
     changes: Notify,
+
+    // `alloc_slot` (free-list pop, `rows`) supports only one publisher at a time.
+    publishing: Mutex<()>,
 
     senders: AtomicUsize,
     receivers: AtomicUsize,
@@ -193,6 +185,7 @@ impl<T> Shared<T> {
             latest,
             closed: Notify::new(),
             changes: Notify::new(),
+            publishing: Mutex::new(()),
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
         };
@@ -279,16 +272,18 @@ impl<T> Shared<T> {
     }
 
     fn release(&self, slot: &Slot<T>) {
-        if slot.refs.fetch_sub(1, Relaxed) != 1 {
+        // As `Arc` does: every other holder's last use of the value happens before its
+        // decrement (Release), and the last holder's fence (Acquire) orders those before the drop.
+        if slot.refs.fetch_sub(1, Release) != 1 {
             return;
         }
-        let value = unsafe { &mut *slot.value.get() };
-        let value = unsafe { ManuallyDrop::take(value) };
-        drop(value);
+        std::sync::atomic::fence(Acquire);
+        unsafe { (*slot.value.get()).assume_init_drop() };
         self.free_slot(slot);
     }
 
     fn publish(&self, value: T) {
+        let _publishing = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
         let slot = self.alloc_slot();
         slot.store(value);
         let mut latest = self.latest(Version(0));
@@ -303,10 +298,7 @@ impl<T> Shared<T> {
                     self.changes.notify_all();
                     break;
                 },
-                Err(updated) => match updated.retain(version) {
-                    None => latest = self.latest(version),
-                    Some(slot) => latest = Ref { slot, shared: self, closed: false, changed: true },
-                },
+                Err(_) => latest = self.latest(version),
             }
         }
     }
@@ -314,10 +306,22 @@ impl<T> Shared<T> {
     fn latest(&self, seen: Version) -> Ref<'_, T> {
         loop {
             // Acquire load to observe version and value.
-            let (slot, closed) = self.latest.load(Acquire);
-            if let Some(slot) = slot.retain(seen) {
-                return Ref { slot, shared: self, closed, changed: seen != slot.version.get() };
+            let (slot, _) = self.latest.load::<T>(Acquire);
+            let Some(slot) = slot.retain() else {
+                continue;
+            };
+            // Between the load and `retain` the slot could have been released, freed and reused
+            // for a value that is not published yet. Only a slot that is still the latest counts.
+            let (latest, closed) = self.latest.load::<T>(Acquire);
+            if !ptr::eq(unsafe { latest.slot() }, slot) {
+                self.release(slot);
+                continue;
             }
+            let version = slot.version.get();
+            if version < seen {
+                panic!("BUG: version is monotonic, expect version {seen:?}, got old version {version:?}");
+            }
+            return Ref { slot, shared: self, closed, changed: seen != version };
         }
     }
 
@@ -354,8 +358,8 @@ pub struct Sender<T> {
     shared: Arc<Shared<T>>,
 }
 
-unsafe impl<T> Send for Sender<T> {}
-unsafe impl<T> Sync for Sender<T> {}
+unsafe impl<T: Send + Sync> Send for Sender<T> {}
+unsafe impl<T: Send + Sync> Sync for Sender<T> {}
 
 impl<T: fmt::Debug> fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -431,8 +435,8 @@ pub struct Receiver<T> {
     shared: Arc<Shared<T>>,
 }
 
-unsafe impl<T> Send for Receiver<T> {}
-unsafe impl<T> Sync for Receiver<T> {}
+unsafe impl<T: Send + Sync> Send for Receiver<T> {}
+unsafe impl<T: Send + Sync> Sync for Receiver<T> {}
 
 impl<T: fmt::Debug> fmt::Debug for Receiver<T> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -457,8 +461,8 @@ pub struct Ref<'a, T> {
     changed: bool,
 }
 
-unsafe impl<T> Send for Ref<'_, T> {}
-unsafe impl<T> Sync for Ref<'_, T> {}
+unsafe impl<T: Send + Sync> Send for Ref<'_, T> {}
+unsafe impl<T: Sync> Sync for Ref<'_, T> {}
 
 impl<T: fmt::Debug> fmt::Debug for Ref<'_, T> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -486,7 +490,7 @@ impl<T> Deref for Ref<'_, T> {
     type Target = T;
 
     fn deref(&self) -> &Self::Target {
-        unsafe { &*self.slot.value.get() }
+        unsafe { (*self.slot.value.get()).assume_init_ref() }
     }
 }
 
