@@ -204,7 +204,17 @@ impl Depot {
                 if self.watching_paths.contains_key(&(path, mode))
                     || (mode == WatchMode::Any && self.has_watching_requests(path))
                 {
-                    self.unwatching_paths.insert((path, mode), operation);
+                    // zk-recipes patch (see PATCHES.md): the key borrows the path from the
+                    // request stored as its value, and `HashMap::insert` keeps the old key when
+                    // it replaces a value, so a second request parked for the same path and mode
+                    // left the key pointing into the dropped first one (a use-after-free in the
+                    // next lookup). The first request, identical, stays parked and is sent or
+                    // answered in its turn; this one is answered now.
+                    if self.unwatching_paths.contains_key(&(path, mode)) {
+                        operation.responser.send_empty();
+                    } else {
+                        self.unwatching_paths.insert((path, mode), operation);
+                    }
                     return;
                 }
             } else {
