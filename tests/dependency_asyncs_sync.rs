@@ -1,6 +1,6 @@
 //! The fixes in our patched copy of `asyncs-sync` (`vendor/asyncs-sync`, see its `PATCHES.md`),
-//! which `zookeeper-client` uses for every session's state channel: the `Notify` race (the
-//! first two tests) and two races of the `watch` channel (the last two). None needs ZooKeeper.
+//! which `zookeeper-client` uses for every session's state channel: two `Notify` races (the
+//! first three tests) and two races of the `watch` channel (the last two). None needs ZooKeeper.
 //!
 //! In asyncs-sync 0.4.0, dropping a `Notify` waiter just as `notify_all` wakes it wrote
 //! through stale list links into `notify_all`'s finished stack frame and into other waiters.
@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::task::{Context, Waker};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use asyncs_sync::{watch, Notify};
@@ -98,6 +98,52 @@ fn a_notify_waiter_dropped_while_notify_all_wakes_it_leaves_no_stale_write() {
         written, 0,
         "a dropped waiter wrote into notify_all's returned stack frame"
     );
+}
+
+/// A waker that takes a little while, as a real one that moves a task between threads does:
+/// it widens the window in which `notify_all` has let go of the lock to wake a batch.
+struct SlowWaker;
+
+impl Wake for SlowWaker {
+    fn wake(self: Arc<Self>) {
+        for _ in 0..500 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[test]
+fn waiters_dropped_while_notify_all_wakes_a_batch_keep_the_ring_whole() {
+    // More than the 32 wakers `notify_all` wakes per batch, with the lock let go between
+    // batches. A waiter removed then, at the ring's end, used to write through its stale link
+    // into the waiter popped just before it (perhaps freed), and `notify_all` then popped the
+    // removed one from freed memory: a crash, or an abort on a debug build's check.
+    let notify: &'static Notify = Box::leak(Box::new(Notify::new()));
+    // A ring broken into a cycle would spin for ever; fail instead.
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(60));
+        eprintln!("the notify_all batch race did not end within 60 s");
+        std::process::abort();
+    });
+    let (sent, dropped, _) = race(
+        move || {
+            let waker = Waker::from(Arc::new(SlowWaker));
+            let mut cx = Context::from_waker(&waker);
+            let mut waiters: Vec<_> = (0..24).map(|_| Box::pin(notify.notified())).collect();
+            for waiter in &mut waiters {
+                let _ = waiter.as_mut().poll(&mut cx);
+            }
+            // Dropped in a scrambled order, so that ends and middles of the ring go.
+            let mut i = 7;
+            while !waiters.is_empty() {
+                i = (i * 31 + 17) % waiters.len().max(1);
+                drop(waiters.swap_remove(i % waiters.len()));
+            }
+        },
+        || notify.notify_all(),
+    );
+    println!("notify_all: {sent}, rounds of 24 waiters dropped: {dropped}");
+    assert!(sent > 1000 && dropped > 100, "the race barely ran");
 }
 
 #[test]

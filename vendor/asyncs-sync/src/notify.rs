@@ -130,6 +130,12 @@ impl<'a, T: Node> GuardedList<'a, T> {
             return None;
         }
         link.prev = last.link().prev;
+        // zk-recipes patch (see PATCHES.md): the new last node (the guard itself once the ring is
+        // empty) must point back at the guard. It pointed at the popped waiter, so a `remove` of
+        // it while `notify_all` had dropped the lock to wake a batch wrote through that stale
+        // link into the popped (perhaps freed) waiter and left the guard pointing at the removed
+        // one, which `notify_all` then popped from freed memory.
+        unsafe { link.prev.unwrap_unchecked().as_mut().link().next = Some(NonNull::new_unchecked(addr)) };
         last.link().next = unsafe { Some(NonNull::new_unchecked(addr)) };
         Some(last)
     }

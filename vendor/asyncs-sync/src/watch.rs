@@ -62,7 +62,10 @@ impl<T> Slot<T> {
         unsafe {
             (*self.value.get()).write(value);
         }
-        self.refs.store(1, Relaxed);
+        // Release, paired with `retain`'s Acquire: a reader that takes a reference on this slot
+        // (reused) sees everything written before, so its second look at `latest` cannot be
+        // older than the publish that freed the slot.
+        self.refs.store(1, Release);
     }
 
     /// Retains this slot unless it is free. The caller must check that it is still the published
@@ -73,7 +76,7 @@ impl<T> Slot<T> {
             if refs == 0 {
                 return None;
             }
-            match self.refs.compare_exchange(refs, refs + 1, Relaxed, Relaxed) {
+            match self.refs.compare_exchange(refs, refs + 1, Acquire, Relaxed) {
                 Ok(_) => return Some(self),
                 Err(updated) => refs = updated,
             }
