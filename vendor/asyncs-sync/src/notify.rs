@@ -613,11 +613,21 @@ struct Waiter {
     /// Release store to release connection to `Waiter`.
     /// Acquire load to observe all changes.
     notification: AtomicNotification,
+
+    // zk-recipes patch (see PATCHES.md): other threads write a queued waiter's links and
+    // parker through raw pointers while its owner holds a `&mut Waiter`; `!Unpin` keeps the
+    // compiler from assuming that `&mut` is the only access.
+    _pin: PhantomPinned,
 }
 
 impl Default for Waiter {
     fn default() -> Self {
-        Self { link: Link::default(), parking: Parking::new(), notification: AtomicNotification::default() }
+        Self {
+            link: Link::default(),
+            parking: Parking::new(),
+            notification: AtomicNotification::default(),
+            _pin: PhantomPinned,
+        }
     }
 }
 
