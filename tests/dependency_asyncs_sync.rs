@@ -171,6 +171,21 @@ fn a_state_channel_changed_future_dropped_while_published_leaves_no_stale_write(
     );
 }
 
+/// A thread that publishes 1, 2, 3, ... on `sender` until `stop`; it returns its last value.
+fn publish_until(
+    sender: watch::Sender<u64>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut value = 0;
+        while !stop.load(Relaxed) {
+            value += 1;
+            sender.publish(value);
+        }
+        value
+    })
+}
+
 #[test]
 fn a_state_channel_reader_sees_only_published_values_in_order() {
     // One publisher, as the session's client is. A reader that loaded the latest slot just
@@ -179,17 +194,7 @@ fn a_state_channel_reader_sees_only_published_values_in_order() {
     // backwards, or the reader panicked ("BUG: version is monotonic").
     let (sender, mut receiver) = watch::channel(0u64);
     let stop = Arc::new(AtomicBool::new(false));
-    let publisher = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut value = 0;
-            while !stop.load(Relaxed) {
-                value += 1;
-                sender.publish(value);
-            }
-            value
-        })
-    };
+    let publisher = publish_until(sender, stop.clone());
     let deadline = std::time::Instant::now() + RACE;
     let (mut reads, mut wrong, mut first_wrong) = (0u64, 0u64, None);
     let mut last = 0;
@@ -223,17 +228,7 @@ fn a_state_channel_with_two_publishers_keeps_every_slot_consistent() {
     let (sender, mut receiver) = watch::channel(0u64);
     let stop = Arc::new(AtomicBool::new(false));
     let publishers: Vec<_> = (0..2)
-        .map(|_| {
-            let (sender, stop) = (sender.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut sent = 0u64;
-                while !stop.load(Relaxed) {
-                    sent += 1;
-                    sender.publish(sent);
-                }
-                sent
-            })
-        })
+        .map(|_| publish_until(sender.clone(), stop.clone()))
         .collect();
     drop(sender);
     let deadline = std::time::Instant::now() + RACE;
