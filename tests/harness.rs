@@ -7,8 +7,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use zk_recipes::testing::{
-    expire_session, monotonic_nanos, shared_server, unique_root, FaultProxy, ServerOptions,
-    ZooKeeperCluster, ZooKeeperServer,
+    expire_session, monotonic_nanos, shared_server, unique_root, Fault, FaultAction, FaultPoint,
+    FaultProxy, FaultStatus, Op, ServerOptions, ZooKeeperCluster, ZooKeeperServer,
 };
 use zookeeper_client as zk;
 
@@ -130,6 +130,55 @@ async fn server_serves_clients_directly_and_via_proxy() {
     create(&proxied, &child, b"world", OPEN).await;
     assert_eq!(get_data(&direct, &child).await, b"world");
     assert!(server.proxy().connection_count() >= 1);
+}
+
+/// A fault made `only` for transactions lets every other request through and strikes the first
+/// transaction after it was armed: the reads before it are answered, the `multi` never reaches
+/// the server (its node is not there once the client is back).
+#[tokio::test]
+async fn a_fault_for_one_kind_of_request_lets_the_others_through() {
+    let root = unique_root("fault-only");
+    let direct = connect(&shared_server().connect_string(), Duration::from_secs(4)).await;
+    create(&direct, &root, b"", OPEN).await;
+    let proxy = FaultProxy::start(shared_server().addr()).expect("proxy");
+    let client = connect(&proxy.addr().to_string(), Duration::from_secs(4)).await;
+    proxy.arm(
+        Fault::new(
+            FaultPoint::BeforeRequest(1),
+            FaultAction::Cut {
+                refuse_for: Duration::ZERO,
+            },
+        )
+        .only(Op::Multi),
+    );
+    // Two reads and a plain create go through, uncounted.
+    assert!(exists(&client, &root).await);
+    assert_eq!(get_data(&client, &root).await, b"");
+    create(&client, &format!("{root}/plain"), b"", OPEN).await;
+    assert!(
+        matches!(proxy.fault_status(), FaultStatus::Armed { seen: 0, .. }),
+        "the fault counted a request other than a transaction: {:?}",
+        proxy.fault_status()
+    );
+    let node = format!("{root}/in-multi");
+    let mut multi = client.new_multi_writer();
+    multi.add_create(&node, b"", OPEN).unwrap();
+    let result = bounded(
+        Duration::from_secs(10),
+        "the cut transaction",
+        multi.commit(),
+    )
+    .await;
+    assert!(result.is_err(), "the transaction was answered: {result:?}");
+    assert!(
+        matches!(proxy.fault_status(), FaultStatus::Fired { .. }),
+        "the fault did not strike the transaction: {:?}",
+        proxy.fault_status()
+    );
+    assert!(
+        !exists(&direct, &node).await,
+        "the cut transaction reached the server"
+    );
 }
 
 #[tokio::test]

@@ -58,7 +58,7 @@ pub use self::error::{Error, Result};
 #[allow(unused_imports)]
 use self::jvm::*;
 pub use self::options::ServerOptions;
-pub use self::proxy::{Fault, FaultAction, FaultPoint, FaultProxy, FaultStatus};
+pub use self::proxy::{Fault, FaultAction, FaultPoint, FaultProxy, FaultStatus, Op};
 pub use self::server::ZooKeeperServer;
 /// The data a release of ours writes on a contender node in the transaction that deletes it:
 /// the mark that hands the lock to the waiter behind (for raw clients that mimic our release).

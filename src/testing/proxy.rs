@@ -32,7 +32,10 @@
 //!   held too).
 //!
 //! A cut shuts down the live connection and refuses new ones for
-//! [`FaultAction::Cut::refuse_for`]. Frames that do not look like ZooKeeper's (a length below
+//! [`FaultAction::Cut::refuse_for`]. A fault made [`Fault::only`] for one [`Op`] counts only the
+//! requests of that kind (the opcode that follows the `xid`), so that a request the client
+//! sends in the background (a guard arming its own-node watch, say) cannot take the count of the
+//! one a test means to strike. Frames that do not look like ZooKeeper's (a length below
 //! zero or above 16 MiB, say a four-letter word or TLS) switch that direction to a plain byte
 //! copy, so such connections pass through untouched and unscheduled.
 
@@ -85,6 +88,9 @@ pub enum FaultAction {
 
 /// A one-shot fault: `action` at `point`. Arm it with [`FaultProxy::arm`].
 ///
+/// By default it counts every ordinary request; [`only`](Fault::only) makes it count the
+/// requests of one [`Op`] alone.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -105,12 +111,92 @@ pub struct Fault {
     pub point: FaultPoint,
     /// What it does.
     pub action: FaultAction,
+    /// The one kind of request it counts (`None`: every ordinary request).
+    pub only: Option<Op>,
 }
 
 impl Fault {
-    /// A fault doing `action` at `point`.
+    /// A fault doing `action` at `point`, counting every ordinary request.
     pub const fn new(point: FaultPoint, action: FaultAction) -> Fault {
-        Fault { point, action }
+        Fault {
+            point,
+            action,
+            only: None,
+        }
+    }
+
+    /// The same fault, counting only requests of kind `op`: `FaultPoint::BeforeRequest(1)`
+    /// is then the first `op` request after the fault is armed, whatever else the client
+    /// sends meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use zk_recipes::testing::{shared_server, Fault, FaultAction, FaultPoint, FaultProxy, Op};
+    ///
+    /// let proxy = FaultProxy::start(shared_server().addr()).unwrap();
+    /// // The client's next transaction never reaches the server; a read sent before it, in
+    /// // the background or not, goes through.
+    /// proxy.arm(
+    ///     Fault::new(
+    ///         FaultPoint::BeforeRequest(1),
+    ///         FaultAction::Cut { refuse_for: Duration::from_millis(100) },
+    ///     )
+    ///     .only(Op::Multi),
+    /// );
+    /// ```
+    pub const fn only(self, op: Op) -> Fault {
+        Fault {
+            only: Some(op),
+            ..self
+        }
+    }
+}
+
+/// A kind of client request, by its opcode in ZooKeeper's protocol (see [`Fault::only`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `create` (opcode 1).
+    Create,
+    /// `delete` (2).
+    Delete,
+    /// `exists` (3).
+    Exists,
+    /// `getData` (4).
+    GetData,
+    /// `setData` (5).
+    SetData,
+    /// `getChildren` (8).
+    GetChildren,
+    /// `getChildren2`, a listing with the parent's stat (12).
+    GetChildren2,
+    /// `multi`, a transaction (14).
+    Multi,
+    /// `create2`, a create answered with the node's stat (15).
+    Create2,
+    /// `removeWatches` (18).
+    RemoveWatches,
+    /// Any other opcode.
+    Code(i32),
+}
+
+impl Op {
+    /// The opcode on the wire.
+    pub const fn code(self) -> i32 {
+        match self {
+            Op::Create => 1,
+            Op::Delete => 2,
+            Op::Exists => 3,
+            Op::GetData => 4,
+            Op::SetData => 5,
+            Op::GetChildren => 8,
+            Op::GetChildren2 => 12,
+            Op::Multi => 14,
+            Op::Create2 => 15,
+            Op::RemoveWatches => 18,
+            Op::Code(code) => code,
+        }
     }
 }
 
@@ -120,10 +206,14 @@ impl std::fmt::Display for Fault {
             FaultAction::Cut { refuse_for } => write!(f, "cut (refusing {refuse_for:?})")?,
             FaultAction::Stall(d) => write!(f, "stall {d:?}")?,
         }
+        let of = match self.only {
+            Some(op) => format!(" ({op:?} requests only)"),
+            None => String::new(),
+        };
         match self.point {
-            FaultPoint::BeforeRequest(k) => write!(f, " before request #{k} is forwarded"),
-            FaultPoint::BeforeReply(k) => write!(f, " before the reply to request #{k}"),
-            FaultPoint::AfterReply(k) => write!(f, " after the reply to request #{k}"),
+            FaultPoint::BeforeRequest(k) => write!(f, " before request #{k} is forwarded{of}"),
+            FaultPoint::BeforeReply(k) => write!(f, " before the reply to request #{k}{of}"),
+            FaultPoint::AfterReply(k) => write!(f, " after the reply to request #{k}{of}"),
         }
     }
 }
@@ -282,14 +372,16 @@ impl Shared {
     }
 
     /// Called by a pump with each frame before it is forwarded (`xid` is `None` for the
-    /// handshake). Returns what to do with it.
-    fn before_forward(&self, id: u64, dir: Dir, xid: Option<i32>) -> Step {
+    /// handshake; `op` is a request's opcode, when the frame is long enough to hold one).
+    /// Returns what to do with it.
+    fn before_forward(&self, id: u64, dir: Dir, xid: Option<i32>, op: Option<i32>) -> Step {
         let mut state = self.lock();
         let FaultStatus::Armed { fault, seen } = state.fault else {
             return Step::Forward;
         };
+        let counted = fault.only.is_none_or(|only| op == Some(only.code()));
         match (dir, xid) {
-            (Dir::Up, Some(xid)) if xid >= 0 => {
+            (Dir::Up, Some(xid)) if xid >= 0 && counted => {
                 let seen = seen + 1;
                 state.fault = FaultStatus::Armed { fault, seen };
                 match fault.point {
@@ -569,8 +661,15 @@ fn pump(from: TcpStream, mut to: TcpStream, shared: &Shared, id: u64, dir: Dir) 
         } else {
             Some(i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]))
         };
+        let op = if xid.is_some() && n >= 8 {
+            Some(i32::from_be_bytes([
+                frame[8], frame[9], frame[10], frame[11],
+            ]))
+        } else {
+            None
+        };
         handshake = false;
-        let step = shared.before_forward(id, dir, xid);
+        let step = shared.before_forward(id, dir, xid, op);
         if step == Step::Cut {
             return;
         }
