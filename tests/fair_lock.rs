@@ -1033,7 +1033,7 @@ async fn a_relock_hands_the_lock_on_and_queues_at_the_back_in_one_transaction() 
 /// after the waiter in front of it, with a fencing token above the waiter's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_relock_reads_its_node_with_the_watch_on_its_predecessor() {
-    use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+    use zk_recipes::testing::{Fault, FaultAction, FaultPoint, Op};
     let root = unique_root("relock-pipelined");
     let (a, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
     let b = session().await;
@@ -1044,14 +1044,15 @@ async fn a_waiting_relock_reads_its_node_with_the_watch_on_its_predecessor() {
     while children(&root).await.len() < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The guard's own-node watch is armed by its monitor task: let it go out first.
+    // The guard's own-node watch is armed by its monitor task: let it go out before the
+    // count of forwarded requests starts. (The fault counts `exists` requests only, so that
+    // watch, a listing, cannot take it; the count below still needs it out first.)
     tokio::time::sleep(Duration::from_millis(100)).await;
     let stall = Duration::from_millis(1000);
     let before = proxy.requests_forwarded();
-    proxy.arm(Fault::new(
-        FaultPoint::BeforeReply(3),
-        FaultAction::Stall(stall),
-    ));
+    // The relock's transaction, its listing, then its watch on the waiter (`exists`, the
+    // third request, whose answer is held) with the read of its own node.
+    proxy.arm(Fault::new(FaultPoint::BeforeReply(1), FaultAction::Stall(stall)).only(Op::Exists));
     let held_up = std::time::Instant::now();
     let relock = tokio::spawn(async move { lock_a.relock(ga).await });
     let gb = tokio::time::timeout(Duration::from_secs(10), waiter)

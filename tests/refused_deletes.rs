@@ -14,7 +14,7 @@ use support::stuck::{
     a_session_and_a_directory_denying_delete, a_stuck_node, a_stuck_simple_lock_node, refused,
 };
 use support::zk::{admin, forwarded_in, raw, session, session_via_proxy};
-use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint};
+use zk_recipes::testing::{shared_server, unique_root, Fault, FaultAction, FaultPoint, Op};
 use zk_recipes::{zk, Error, ExclusiveLock, FairLock, LossPolicy, RwLock, Semaphore};
 
 /// Another client with a digest identity of its own: a node it makes with `creator_all`
@@ -410,14 +410,18 @@ async fn a_refused_release_whose_read_is_cut_still_makes_the_next_lock_no_auth()
     let lock = FairLock::new(&s, &dir).unwrap();
     let g = within("lock", lock.lock()).await.unwrap();
     let node = g.path().to_string();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // Request 1: the release's multi (refused, NoAuth). Request 2: its read of the node.
-    proxy.arm(Fault::new(
-        FaultPoint::BeforeRequest(2),
-        FaultAction::Cut {
-            refuse_for: Duration::ZERO,
-        },
-    ));
+    // The release's multi (refused, NoAuth), then its read of the node (`exists`): the fault
+    // counts reads of that kind only, so the guard's own-node watch, sent in the background
+    // after the grant, cannot take it.
+    proxy.arm(
+        Fault::new(
+            FaultPoint::BeforeRequest(1),
+            FaultAction::Cut {
+                refuse_for: Duration::ZERO,
+            },
+        )
+        .only(Op::Exists),
+    );
     let released = within("release", g.release()).await;
     println!("release answered {released:?}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -2167,13 +2171,17 @@ async fn a_release_that_worked_before_a_cut_is_ok_though_its_retry_is_refused() 
         .await
         .unwrap();
     let node = g.path().to_string();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    proxy.arm(Fault::new(
-        FaultPoint::BeforeReply(1),
-        FaultAction::Cut {
-            refuse_for: Duration::from_secs(1),
-        },
-    ));
+    // The fault counts deletes only: the grant's background requests (the bump of the lease's
+    // version, the guard's own-node watch) may still be on their way, and must not take it.
+    proxy.arm(
+        Fault::new(
+            FaultPoint::BeforeReply(1),
+            FaultAction::Cut {
+                refuse_for: Duration::from_secs(1),
+            },
+        )
+        .only(Op::Delete),
+    );
     let release = tokio::spawn(g.release());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let gone = admin.check_stat(&node).await.unwrap().is_none();

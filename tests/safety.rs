@@ -441,7 +441,8 @@ async fn one_path_one_kind() {
 // ------------------------------------------------------- faults at a chosen request
 
 use support::zk::session_via_proxy;
-use zk_recipes::testing::{Fault, FaultAction, FaultPoint};
+// `Request`: a kind of request a fault counts (`Fault::only`); `Op` is a guarded write's.
+use zk_recipes::testing::{Fault, FaultAction, FaultPoint, Op as Request};
 use zk_recipes::LossPolicy;
 
 fn cut(point: FaultPoint) -> Fault {
@@ -655,17 +656,19 @@ async fn a_late_simple_lock_release_never_deletes_a_node_of_its_own_session() {
 /// A simple-lock holder releases while `point` (its read's request or reply) is stalled 600
 /// ms; meanwhile an administrator deletes its node and the next holder (on the holder's own
 /// session, or another) takes the lock. The next holder's node must survive the late release.
+///
+/// The fault counts `exists` requests only: the release's read is the first, and the guard's
+/// own-node watch (a listing), sent by its monitor task in the background after the grant,
+/// cannot take it.
 async fn late_release_leaves_the_next_holder_alone(name: &str, point: FaultPoint, same: bool) {
     let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
     let other = session().await;
     let path = format!("{}/simple", unique_root(name));
     let guard = ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap();
     let first = guard.fencing_token();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    proxy.arm(Fault::new(
-        point,
-        FaultAction::Stall(Duration::from_millis(600)),
-    ));
+    proxy.arm(
+        Fault::new(point, FaultAction::Stall(Duration::from_millis(600))).only(Request::Exists),
+    );
     let releasing = tokio::spawn(guard.release());
     tokio::time::sleep(Duration::from_millis(150)).await;
     // The administrator deletes the holder's node (if still there), and the next holder
@@ -706,11 +709,14 @@ async fn a_cancelled_release_still_releases() {
     let other = session().await;
     let path = format!("{}/simple", unique_root("cancelled-release"));
     let guard = ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    proxy.arm(Fault::new(
-        FaultPoint::BeforeReply(1),
-        FaultAction::Stall(Duration::from_millis(600)),
-    ));
+    // The release's read (`exists`), not the guard's own-node watch sent in the background.
+    proxy.arm(
+        Fault::new(
+            FaultPoint::BeforeReply(1),
+            FaultAction::Stall(Duration::from_millis(600)),
+        )
+        .only(Request::Exists),
+    );
     let cancelled = tokio::time::timeout(Duration::from_millis(100), guard.release()).await;
     assert!(
         cancelled.is_err(),
@@ -779,11 +785,15 @@ async fn a_release_queued_behind_a_reconnect_never_deletes_the_next_holders_node
 
 use zk_recipes::Op;
 
-/// Given a holder whose guarded write is held up in the network after it left (a stall of
-/// `stall_before`-th request), when meanwhile an administrator deletes its node and another
-/// session takes the lock, then ZooKeeper refuses the late write: `LockLost`, and the value
-/// is unchanged. `take` acquires the lock on a session and path.
-async fn a_late_guarded_write_is_refused<L, F>(name: &str, stall_before: u32, take: L)
+/// Given a holder whose guarded write is held up in the network after it left (a stall of its
+/// transaction), when meanwhile an administrator deletes its node and another session takes
+/// the lock, then ZooKeeper refuses the late write: `LockLost`, and the value is unchanged.
+/// `take` acquires the lock on a session and path.
+///
+/// The fault counts transactions only: the write's is the first (a simple lock reads its node
+/// before it), and the guard's own-node watch, sent by its monitor task in the background
+/// after the grant, cannot take it.
+async fn a_late_guarded_write_is_refused<L, F>(name: &str, take: L)
 where
     L: Fn(zk_recipes::Session, String) -> F,
     F: Future<Output = zk_recipes::LockGuard>,
@@ -798,11 +808,13 @@ where
         .guarded([Op::create(&value, "0")])
         .await
         .expect("a write while holding");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    proxy.arm(Fault::new(
-        FaultPoint::BeforeRequest(stall_before),
-        FaultAction::Stall(Duration::from_millis(1500)),
-    ));
+    proxy.arm(
+        Fault::new(
+            FaultPoint::BeforeRequest(1),
+            FaultAction::Stall(Duration::from_millis(1500)),
+        )
+        .only(Request::Multi),
+    );
     let writing = guard.guarded([Op::set_data(&value, "stale", None)]);
     let admin = raw().await;
     let usurp = async {
@@ -837,8 +849,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_guarded_write_of_a_fair_lock_holder_is_refused() {
-    // The write is the session's first request after the fault is armed.
-    a_late_guarded_write_is_refused("guarded-fair", 1, |s, path| async move {
+    a_late_guarded_write_is_refused("guarded-fair", |s, path| async move {
         FairLock::new(&s, &path).unwrap().lock().await.unwrap()
     })
     .await;
@@ -846,9 +857,9 @@ async fn a_late_guarded_write_of_a_fair_lock_holder_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_guarded_write_of_a_simple_lock_holder_is_refused() {
-    // The simple lock reads its node first: the write is the second request. The newcomer's
-    // node is at the same path and version: only the ACL tells it apart.
-    a_late_guarded_write_is_refused("guarded-simple", 2, |s, path| async move {
+    // The simple lock reads its node before its transaction. The newcomer's node is at the
+    // same path and version: only the ACL tells it apart.
+    a_late_guarded_write_is_refused("guarded-simple", |s, path| async move {
         ExclusiveLock::new(&s, &path).unwrap().lock().await.unwrap()
     })
     .await;
@@ -1310,16 +1321,19 @@ async fn a_withdrawal_that_meets_a_blip_still_withdraws() {
     let (dir, holder_s, guard, node, revoker_s, proxy) =
         held_and_a_proxied_revoker("revoke-withdraw-blip").await;
     let asked = zk_recipes::revoke(&revoker_s, &dir, &node).await.unwrap();
-    // Let the background task arm its watch on the holder's node.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // The revoker's next requests: the re-arm after the release mark (NodeDataChanged; it
-    // finds the node gone), then the withdrawal's delete: cut before it reaches the server.
-    proxy.arm(Fault::new(
-        FaultPoint::BeforeRequest(2),
-        FaultAction::Cut {
-            refuse_for: Duration::from_millis(50),
-        },
-    ));
+    // The revoker's background task watches the holder's node (`exists`), arms it again after
+    // the release mark (NodeDataChanged; it finds the node gone), then deletes its request:
+    // that delete is cut before it reaches the server. The fault counts deletes only, so it
+    // strikes the withdrawal whether or not the first watch went out before the release.
+    proxy.arm(
+        Fault::new(
+            FaultPoint::BeforeRequest(1),
+            FaultAction::Cut {
+                refuse_for: Duration::from_millis(50),
+            },
+        )
+        .only(Request::Delete),
+    );
     guard.release().await.unwrap();
     let left = requests_left_after_settling(&dir).await;
     let status = proxy.fault_status();

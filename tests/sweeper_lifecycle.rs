@@ -11,7 +11,7 @@ use support::acl::{
 };
 use support::stuck::{a_session_and_a_directory_denying_delete, a_stuck_node, refused};
 use support::zk::{admin, forwarded_in, requests_in, session};
-use zk_recipes::testing::{unique_root, Fault, FaultAction, FaultPoint};
+use zk_recipes::testing::{unique_root, Fault, FaultAction, FaultPoint, Op};
 use zk_recipes::{zk, Error, FairLock, Session, SessionEvent};
 
 /// Waits until `dir` has no children, up to `limit`; the time it took, or `None`.
@@ -219,14 +219,21 @@ async fn a_cut_at_the_sweepers_delete_leaves_no_sweeper_running() {
         a_session_and_a_directory_denying_delete("r31-cut", Duration::from_secs(8)).await;
     a_stuck_node(&s, &dir).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    // exists(dir), exists(node) (queue node: no), delete: cut the third's reply.
+    // A pass reads the directory (`exists`), maybe lists it, reads the node (`exists`,
+    // conditional delete) and deletes it; the fault counts deletes only, so it strikes the
+    // sweeper's delete however many reads go before it and wherever in its pass the sweeper
+    // is when the fault is armed (counting every request, `BeforeReply(2)` struck the node's
+    // read, not the delete).
     delete_given_back(&admin, &dir).await;
-    proxy.arm(Fault::new(
-        FaultPoint::BeforeReply(2),
-        FaultAction::Cut {
-            refuse_for: Duration::from_millis(300),
-        },
-    ));
+    proxy.arm(
+        Fault::new(
+            FaultPoint::BeforeReply(1),
+            FaultAction::Cut {
+                refuse_for: Duration::from_millis(300),
+            },
+        )
+        .only(Op::Delete),
+    );
     let took = gone_within(&admin, &dir, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let idle = requests_in(&s, Duration::from_secs(3)).await;
