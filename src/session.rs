@@ -1791,6 +1791,17 @@ impl Session {
         self.shared.tracker.spawn_on(fut, &self.shared.home);
     }
 
+    /// A token that [`close`](Self::close) waits for, as for a tracked task: for work of the
+    /// session's run in its caller's task (an awaited release).
+    pub(crate) fn tracker_token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.shared.tracker.token()
+    }
+
+    /// The runtime the session was made on (see [`spawn_at_home`](Self::spawn_at_home)).
+    pub(crate) fn home_handle(&self) -> tokio::runtime::Handle {
+        self.shared.home.clone()
+    }
+
     /// Runs `fut` on the runtime the session was made on, untracked, as
     /// [`spawn_tracked`](Self::spawn_tracked) does for the same reason: for what a guard
     /// watches while it is held (its own node, a revocation request). On the runtime that
@@ -1808,7 +1819,7 @@ impl Session {
     /// that the requests it sends before its first await that waits (a queue node's release
     /// write; the simple lock's read) are queued on the session before anything the caller
     /// sends next: a guard dropped just before the next `lock()` on the same session has its
-    /// release ordered before that acquire's create (see `Holding::start_release`). Polling
+    /// release ordered before that acquire's create (see `Holding::release_job`). Polling
     /// with a no-op waker is sound: the spawned task polls again, and every future registers
     /// its waker on each poll.
     /// The task then runs on the session's own runtime, as `spawn_tracked`'s does. Outside

@@ -330,3 +330,153 @@ async fn a_holder_whose_armed_node_loses_read_and_is_deleted_is_told() {
     drop(guard);
     s.close().await;
 }
+
+/// Given one session holding twenty fair locks, each granted after a wait behind another
+/// session's holder (so each guard's own-node watch was armed by its waiter), then holding
+/// them runs no task of ours (the watch waits with a waker of the guard's, not in a monitor
+/// task: there were twenty more tasks alive while they were held, one per guard, before
+/// 2026-12-02); and when an administrator deletes five of their nodes, exactly those five are
+/// told within 2 s, as `NodeDeleted`, the other fifteen release cleanly and the five answer
+/// `LockLost`, and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_granted_after_a_wait_run_no_task_and_are_told_of_their_deletion() {
+    const LOCKS: usize = 20;
+    const DELETED: usize = 5;
+    let root = unique_root("bridged");
+    let (front, holder) = (session().await, session().await);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let mut guards = Vec::with_capacity(LOCKS);
+    for i in 0..LOCKS {
+        let dir = format!("{root}/lock-{i}");
+        let first = FairLock::new(&front, &dir).unwrap().lock().await.unwrap();
+        let lock = FairLock::new(&holder, &dir).unwrap();
+        let waiter = tokio::spawn(async move { lock.lock().await });
+        while children(&dir).await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        first.release().await.unwrap();
+        let g = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter was not handed the lock")
+            .unwrap()
+            .unwrap();
+        guards.push(g);
+    }
+    // Let every background task of the grants and releases end.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = metrics.num_alive_tasks();
+    let admin = raw().await;
+    let t0 = Instant::now();
+    for g in &guards[..DELETED] {
+        admin.delete(g.path(), None).await.unwrap();
+    }
+    for (i, g) in guards[..DELETED].iter().enumerate() {
+        tokio::time::timeout(Duration::from_secs(2), g.lost())
+            .await
+            .unwrap_or_else(|_| panic!("guard {i}: not told within 2 s that its node was deleted"));
+        assert_eq!(
+            g.loss_reason(),
+            Some(zk_recipes::LossReason::NodeDeleted),
+            "guard {i}"
+        );
+    }
+    let told_in = t0.elapsed();
+    for (i, g) in guards[DELETED..].iter().enumerate() {
+        assert!(
+            !g.is_lost(),
+            "guard {}: told of a loss it did not have",
+            i + DELETED
+        );
+    }
+    let mut guards = guards.into_iter();
+    for g in guards.by_ref().take(DELETED) {
+        assert!(
+            matches!(
+                g.release().await,
+                Err(zk_recipes::Error::LockLost(
+                    zk_recipes::LossReason::NodeDeleted
+                ))
+            ),
+            "the release of a deleted node answers LockLost(NodeDeleted)"
+        );
+    }
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = metrics.num_alive_tasks();
+    eprintln!(
+        "alive tasks: {held} while {LOCKS} guards were held, {released} once released; \
+         five deletions told within {told_in:?}"
+    );
+    for i in 0..LOCKS {
+        let left = children(&format!("{root}/lock-{i}")).await;
+        assert!(left.is_empty(), "lock {i}: left {left:?}");
+    }
+    front.close().await;
+    holder.close().await;
+    assert!(
+        held < released + 5,
+        "{LOCKS} held guards kept {} more tasks alive than none ({held} against {released})",
+        held.saturating_sub(released)
+    );
+}
+
+/// Given a fair-lock holder whose release's answer is held up in the network, when the
+/// caller drops its `release()` future before the answer (a timeout), then the release still
+/// ends: the waiter on another session is handed the lock while the holder's session lives,
+/// the released guard's `lost()` fires (the guard is over), and the holder's session closes
+/// cleanly. (An awaited release runs in the caller's task;
+/// dropped half-way, the rest moves to a task of the session's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_release_dropped_before_its_answer_still_ends() {
+    use zk_recipes::testing::Op;
+    let dir = unique_root("release-dropped");
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let other = session().await;
+    let g = FairLock::new(&s, &dir).unwrap().lock().await.unwrap();
+    let node = g.path().to_string();
+    let lost = g.lost_token();
+    let lock = FairLock::new(&other, &dir).unwrap();
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    while children(&dir).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.arm(
+        Fault::new(
+            FaultPoint::BeforeReply(1),
+            FaultAction::Stall(Duration::from_millis(600)),
+        )
+        .only(Op::Multi),
+    );
+    let cut_short = tokio::time::timeout(Duration::from_millis(100), g.release()).await;
+    assert!(
+        cut_short.is_err(),
+        "the release answered before its stalled reply: the test proves nothing"
+    );
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was not handed the lock: the dropped release did not end")
+        .unwrap()
+        .unwrap();
+    assert!(
+        !children(&dir)
+            .await
+            .iter()
+            .any(|c| node.ends_with(c.as_str())),
+        "the dropped release's node is still there"
+    );
+    // The guard is over once its release ends: a watchdog on its `lost()` is let go.
+    tokio::time::timeout(Duration::from_secs(2), lost.cancelled())
+        .await
+        .expect("the released guard's lost() never fired: the dropped release did not end");
+    let t0 = Instant::now();
+    s.close().await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "close() took {:?}",
+        t0.elapsed()
+    );
+    next.release().await.unwrap();
+    other.close().await;
+}
