@@ -200,8 +200,12 @@ impl LockGuard {
     /// # Cancel safety
     ///
     /// Cancel safe: once polled, the release runs to its end (retried after a connection
-    /// blip) in a task tracked by the session, even if this future is dropped; only its
-    /// outcome is lost (it is logged).
+    /// blip), even if this future is dropped; only its outcome is lost (it is logged). It
+    /// runs in the task that awaits it, with no task of its own, until the future is dropped
+    /// or a retry is needed; the rest then runs in a task tracked by the session. A future
+    /// polled once and then kept without being polled holds its release's last steps (the
+    /// end of [`lost`](Self::lost), and `close()` waits for it up to the session timeout):
+    /// await it, or drop it.
     pub async fn release(self) -> Result<()> {
         self.holding.release().await
     }

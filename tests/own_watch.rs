@@ -480,3 +480,131 @@ async fn a_fair_lock_release_dropped_before_its_answer_still_ends() {
     next.release().await.unwrap();
     other.close().await;
 }
+
+// ------------------------------------------------ review of eaf14f4 (Bridge and InPlace)
+
+/// A guard of `s` granted after a wait behind `other`'s holder on `dir`: its own-node watch
+/// was armed by the waiter, so it is held through a `Bridge` (no monitor task).
+async fn granted_after_a_wait(
+    s: &zk_recipes::Session,
+    other: &zk_recipes::Session,
+    dir: &str,
+) -> LockGuard {
+    let first = FairLock::new(other, dir).unwrap().lock().await.unwrap();
+    let lock = FairLock::new(s, dir).unwrap();
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    while children(dir).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap()
+        .unwrap()
+}
+
+/// Given a bridged guard whose release's request is held up in the network (not applied), when the runtime the
+/// session was made on ends under the release (the release runs on another executor, as
+/// `release_job` says it may), then `release()` answers an error; it must not panic. The
+/// client's tasks end with that runtime: the release's request fails at once, and the
+/// own-node watch's sender is dropped unsent, so `finish_watch`'s `now_or_never` on the
+/// bridged watch polls `OneshotReceiver::recv`, whose `receiver.await.unwrap()` panics.
+/// (Before eaf14f4 the rest of the release ran in a task of the dead runtime, dropped with
+/// it: `release()` answered `LockLost`.)
+#[test]
+fn review_eaf14f4_a_release_whose_sessions_runtime_ends_under_it_does_not_panic() {
+    use zk_recipes::testing::Op;
+    let home = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = unique_root("release-home-ends");
+    let (s, other, proxy, g) = home.block_on(async {
+        let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+        let other = session().await;
+        let g = granted_after_a_wait(&s, &other, &dir).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Held before the server: the release is not applied, so our own write does not
+        // fire (use up) the own-node watch before the runtime ends.
+        proxy.arm(
+            Fault::new(
+                FaultPoint::BeforeRequest(1),
+                FaultAction::Stall(Duration::from_secs(3)),
+            )
+            .only(Op::Multi),
+        );
+        (s, other, proxy, g)
+    });
+    // The release's first poll, here, outside any runtime: its transaction is queued.
+    let mut release = Box::pin(g.release());
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(
+        release.as_mut().poll(&mut cx).is_pending(),
+        "the release answered before its stalled reply: the test proves nothing"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    drop(home);
+    let outcome = std::thread::spawn(move || futures::executor::block_on(release)).join();
+    drop(s);
+    drop(other);
+    drop(proxy);
+    match outcome {
+        Ok(result) => eprintln!("release() answered {result:?}"),
+        Err(_) => panic!("release() panicked once its session's runtime had ended under it"),
+    }
+}
+
+/// Given two guards of one session, one granted at once (a monitor task watches its node) and
+/// one granted after a wait (a `Bridge`), both releasing while the connection is down, when the
+/// session is closed under them (`close()` waits its session timeout for them, then ends the
+/// epoch as `Closed`; the client then gives up the session), then both releases answer the
+/// same reason: `LockLost(Closed)`. The monitor task hears the epoch's end during the release
+/// and notes its reason; the bridge hears nothing once the gate is closed, and the bridged
+/// guard answered `LockLost(SessionExpired)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_eaf14f4_releases_cut_short_by_close_answer_closed_whether_or_not_they_waited() {
+    let root = unique_root("release-close-reason");
+    let (s, proxy) = session_via_proxy(Duration::from_secs(4), LossPolicy::OnExpiry).await;
+    let other = session().await;
+    let at_once = FairLock::new(&s, format!("{root}/at-once"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let waited = granted_after_a_wait(&s, &other, &format!("{root}/waited")).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.set_blocked(true);
+    let mut events = s.latest_state();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        events.wait_for(|e| matches!(e, zk_recipes::SessionEvent::Suspended { .. })),
+    )
+    .await
+    .expect("the session was not cut off")
+    .unwrap();
+    let r_at_once = tokio::spawn(at_once.release());
+    let r_waited = tokio::spawn(waited.release());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.close().await;
+    let (a, w) = (r_at_once.await.unwrap(), r_waited.await.unwrap());
+    eprintln!("granted at once: {a:?}; granted after a wait: {w:?}");
+    proxy.set_blocked(false);
+    other.close().await;
+    assert!(
+        matches!(
+            a,
+            Err(zk_recipes::Error::LockLost(zk_recipes::LossReason::Closed))
+        ),
+        "the guard granted at once answered {a:?}"
+    );
+    assert!(
+        matches!(
+            w,
+            Err(zk_recipes::Error::LockLost(zk_recipes::LossReason::Closed))
+        ),
+        "the guard granted after a wait answered {w:?} (the one granted at once: {a:?})"
+    );
+}

@@ -546,12 +546,19 @@ impl Holding {
             self.lost.clone(),
             self.stop_monitor.clone(),
         );
+        let (reason, epoch_token, epoch_reason) = (
+            self.reason.clone(),
+            self.epoch_token.clone(),
+            self.epoch_reason.clone(),
+        );
         let (mark, czxid) = (self.mark_release, self.czxid);
         let verify = self.verify_czxid.then_some(czxid);
         Box::pin(async move {
             let check = verify.map_or(Check::None, Check::Czxid);
             let serializers = session.path_serializers();
             let first = release_node(&epoch, &path, mark, check, &gate, Some(serializers)).await;
+            // Whether our delete was answered as done by the first attempt's own reply.
+            let applied = first.is_ok() && settles(&first, verify);
             let result = if settles(&first, verify) {
                 first
             } else {
@@ -573,6 +580,17 @@ impl Holding {
             };
             // Refused: the node stays (noted as stuck), and its own-node watch with it.
             let stays = result == Err(zk::Error::NoAuth);
+            if result.is_err() && epoch_token.is_cancelled() {
+                // The epoch ended under the release: its reason is the release's (`Closed`
+                // for a session closed under it), as a monitor task, watching the epoch
+                // until it is stopped below, would note it; a bridged watch hears nothing
+                // once the gate is closed (a review of eaf14f4: `SessionExpired`).
+                let ended = epoch_reason
+                    .lock()
+                    .unwrap()
+                    .unwrap_or(LossReason::SessionExpired);
+                reason.lock().unwrap().get_or_insert(ended);
+            }
             lost.cancel();
             if let Some(czxid) = unclaim {
                 session.unclaim(czxid);
@@ -584,7 +602,7 @@ impl Holding {
             // probes of `examples/bench_election`), and on a 2-core machine it competed
             // with the server for the CPU.
             stop.cancel();
-            finish_watch(&session, monitor, stays, place).await;
+            finish_watch(&session, monitor, stays, applied, place).await;
             result
         })
     }
@@ -915,8 +933,9 @@ impl Watcher {
 /// request, then pushed it, waking another worker: 1.4% of a drained hand-off with the
 /// release's task, measured paired on 2026-11-28).
 ///
-/// The waker never blocks and never calls into the client: it runs inside the client's
-/// session task. It takes two short locks (the gate, the watch's slot) and spawns a task.
+/// The waker never blocks for long and never calls into the client: it runs inside the
+/// client's session task. It takes three short locks, one at a time (the gate, the watch's
+/// slot, the loss state's slot), and may spawn a task.
 struct Bridge {
     /// The watch future, until the release or the waker takes it.
     watch: Mutex<Option<WatchFuture>>,
@@ -933,38 +952,55 @@ struct BridgeHandle(Arc<Bridge>);
 
 impl BridgeHandle {
     fn take(&self) -> Option<WatchFuture> {
-        self.0.watch.lock().unwrap().take()
+        lock(&self.0.watch).take()
     }
 }
 
 impl Drop for BridgeHandle {
     fn drop(&mut self) {
         let watch = self.take();
-        self.0.watching.lock().unwrap().take();
+        lock(&self.0.watching).take();
         drop(watch);
     }
+}
+
+/// Locks `m`, whether or not a panic poisoned it (what it guards stays consistent: one
+/// `Option` or `bool` written whole).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Bridge {
     /// Starts watching with `watch` (armed by the waiter, polled by it so far): polled once
     /// here with the bridge's waker, which replaces the waiter's.
+    ///
+    /// The watch's slot is locked from before the poll until the watch is stored: a wake-up
+    /// that comes in between (the watch fired on another thread right after the poll
+    /// registered our waker) waits for the slot, and finds the watch there. (Stored after
+    /// the poll without the lock, such a wake-up found the slot empty and was lost: the
+    /// holder was never told of its node's deletion. Found by a review of eaf14f4, shown with
+    /// a model of the two functions that fired the watch in that gap.) The poll never wakes
+    /// our waker itself, so it cannot wait for the slot it holds.
     fn start(session: &Session, mut watch: WatchFuture, watching: Watching) -> Watcher {
         let bridge = Arc::new(Bridge {
             watch: Mutex::new(None),
-            watching: Mutex::new(None),
             gate: watching.gate.clone(),
+            watching: Mutex::new(Some(watching)),
             home: session.home_handle(),
         });
         let waker = std::task::Waker::from(bridge.clone());
         let mut cx = std::task::Context::from_waker(&waker);
+        let mut slot = lock(&bridge.watch);
         if let std::task::Poll::Ready(event) = watch.as_mut().poll(&mut cx) {
+            drop(slot);
             // Fired already (after the waiter last looked): the monitor reads it.
+            let watching = lock(&bridge.watching).take().expect("set above");
             let fired: WatchFuture = Box::pin(std::future::ready(event));
             let own: OwnCheck = Box::pin(std::future::ready(Checked::Armed(fired)));
             return Watcher::Task(session.spawn_at_home(watching.run(own)));
         }
-        *bridge.watch.lock().unwrap() = Some(watch);
-        *bridge.watching.lock().unwrap() = Some(watching);
+        *slot = Some(watch);
+        drop(slot);
         Watcher::Bridged(BridgeHandle(bridge))
     }
 }
@@ -975,14 +1011,15 @@ impl std::task::Wake for Bridge {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if *self.gate.lock().unwrap() {
+        // Poison-tolerant: a panic here would end the client's session task, and every
+        // request of the session with it.
+        if *lock(&self.gate) {
             // Our release is queued: the deletion is ours, and the release uses the watch up.
             return;
         }
-        let (Some(watch), Some(watching)) = (
-            self.watch.lock().unwrap().take(),
-            self.watching.lock().unwrap().take(),
-        ) else {
+        let watch = lock(&self.watch).take();
+        let watching = lock(&self.watching).take();
+        let (Some(watch), Some(watching)) = (watch, watching) else {
             return;
         };
         // The monitor, given the fired watch: it reads the event (at once) and tells `lost`.
@@ -1291,13 +1328,27 @@ enum Place {
 /// refused). A bridged watch is taken back at once; in the caller's task, what has to be
 /// waited for (a monitor task's end, a watch not fired yet: a parked or failed release's) is
 /// waited for in a task of the session's, so that the caller sets no timer and does not wait.
-async fn finish_watch(session: &Session, monitor: Option<Watcher>, stays: bool, place: Place) {
+///
+/// `applied`: the release's delete was answered as done by its own reply, so the watch's
+/// event reached it first (the server sends a write's notifications before its reply), and
+/// it can be read at once. Otherwise it is never read in place: a watch whose
+/// client ended (its runtime shut down under the release) has its sender dropped unsent, and
+/// reading it panics in the client (`OneshotReceiver::recv`); in a task of the session's it
+/// ends with that runtime unread, as the release's task did (found by a review of eaf14f4:
+/// `release()` panicked in its caller).
+async fn finish_watch(
+    session: &Session,
+    monitor: Option<Watcher>,
+    stays: bool,
+    applied: bool,
+    place: Place,
+) {
     let own = match monitor {
         None => return,
         Some(Watcher::Bridged(bridge)) => match bridge.take() {
             None => return,
             Some(mut watch) if !stays => {
-                if futures::FutureExt::now_or_never(watch.as_mut()).is_some() {
+                if applied && futures::FutureExt::now_or_never(watch.as_mut()).is_some() {
                     return;
                 }
                 Some(Box::pin(std::future::ready(Checked::Armed(watch))) as OwnCheck)
@@ -1358,10 +1409,14 @@ impl Future for InPlace {
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let job = self.job.as_mut().expect("InPlace polled after it answered");
-        let result = std::task::ready!(job.as_mut().poll(cx));
-        self.job = None;
-        std::task::Poll::Ready(result)
+        // Out while polled: a job that panics is dropped with the unwinding, not handed to a
+        // task by `drop` (where its next poll would panic again).
+        let mut job = self.job.take().expect("InPlace polled after it answered");
+        let polled = job.as_mut().poll(cx);
+        if polled.is_pending() {
+            self.job = Some(job);
+        }
+        polled
     }
 }
 
