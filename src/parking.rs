@@ -9,7 +9,15 @@
 //!
 //! * **the flush task**, spawned by the drop on the session's own runtime: it yields twice,
 //!   which leaves the dropping task the few microseconds it needs to reach its next acquire,
-//!   then sends the release; and
+//!   then sends the release, if it runs on the thread that dropped the guard. There it ran
+//!   after the dropping task's poll ended (a task spawned from a worker waits in that
+//!   worker's LIFO slot; on a current-thread runtime everything waits for the one thread).
+//!   On another thread the dropping code may still be on its way to its next acquire: the
+//!   body of `block_on` or `#[tokio::main]`, which no worker runs, so the task started at
+//!   once on a worker beside it, and sent the release first in about a fifth of a worker
+//!   loop's iterations (2026-12-02: 1.2 log syncs per iteration where it was 1.0 while the
+//!   guard's monitor task, woken by the drop, happened to hold the flush task back). It
+//!   then leaves the release to the deadline thread, [`AWAY`] after the drop; and
 //! * **the deadline thread**, at the latest [`DEADLINE`] after the drop, whatever the
 //!   dropping thread does meanwhile. A task spawned from a multi-thread runtime's worker waits
 //!   in that worker's LIFO slot, which no other worker steals: a task that blocks its thread
@@ -38,6 +46,12 @@ pub(crate) const DEADLINE: Duration = Duration::from_millis(2);
 /// How many times the flush task yields before it sends the release.
 const FLUSH_YIELDS: usize = 2;
 
+/// How long a release parked by code that the flush task may run beside (found on another
+/// thread than the drop's) waits for an acquire to take it back: long enough for the dropping
+/// code to reach its next `lock()` unless its thread is taken from it, short enough that a
+/// drop with no acquire after it holds the lock little longer than a task's drop does.
+pub(crate) const AWAY: Duration = Duration::from_micros(200);
+
 /// The parked releases of one session, by lock directory.
 #[derive(Default)]
 pub(crate) struct Table {
@@ -60,8 +74,9 @@ impl Table {
     ) {
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         drop(locked(&self.slots).insert(key.clone(), (ticket, item)));
-        deadlines::add(Arc::downgrade(self), key.clone(), ticket);
+        deadlines::add(Arc::downgrade(self), key.clone(), ticket, DEADLINE);
         let table = self.clone();
+        let dropper = std::thread::current().id();
         // On the session's own runtime: a task spawned on the dropping thread's runtime never
         // ran when that runtime ended, or was not driven again, right after the drop (a guard
         // dropped in a sync wrapper's `block_on`, or by a task of a runtime shutting down).
@@ -69,11 +84,15 @@ impl Table {
             async move {
                 // Spawned from a thread that is not one of the runtime's workers (the body of
                 // `block_on`, `#[tokio::main]`, another runtime), this task may start on a
-                // worker at once, beside the task that dropped the guard.
+                // worker at once, beside the code that dropped the guard.
                 for _ in 0..FLUSH_YIELDS {
                     tokio::task::yield_now().await;
                 }
-                table.flush(&key, ticket);
+                if std::thread::current().id() == dropper {
+                    table.flush(&key, ticket);
+                } else if table.is_parked(&key, ticket) {
+                    deadlines::add(Arc::downgrade(&table), key, ticket, AWAY);
+                }
             },
             home,
         );
@@ -87,6 +106,13 @@ impl Table {
         wanted(item)
             .then(|| slots.remove(key).map(|(_, item)| item))
             .flatten()
+    }
+
+    /// Whether the release parked under `key` with `ticket` is still there.
+    fn is_parked(&self, key: &str, ticket: u64) -> bool {
+        locked(&self.slots)
+            .get(key)
+            .is_some_and(|(t, _)| *t == ticket)
     }
 
     /// Sends the release parked under `key` with `ticket`, unless it was taken back or sent
@@ -113,22 +139,27 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 mod deadlines {
     use super::*;
 
-    /// A parked release and when it was parked.
+    /// A parked release and when it is due: sent at `due` at the latest, and by any wake-up
+    /// of the thread from `ripe` on (half its delay after it was parked), so that a worker
+    /// loop's many drops cost the thread one wake-up per [`DEADLINE`], not one per drop.
     struct Due {
-        parked: Instant,
+        ripe: Instant,
+        due: Instant,
         table: Weak<Table>,
         key: String,
         ticket: u64,
     }
 
-    /// In parking order, which is deadline order (one deadline for all).
+    /// In the order they were handed over; two delays ([`DEADLINE`], [`AWAY`]), so not
+    /// quite in deadline order.
     static QUEUE: Mutex<VecDeque<Due>> = Mutex::new(VecDeque::new());
     static WAKE: Condvar = Condvar::new();
     /// Whether the thread runs (it is started by the first park).
     static RUNNING: OnceLock<bool> = OnceLock::new();
 
-    /// Hands a parked release to the deadline thread.
-    pub(super) fn add(table: Weak<Table>, key: String, ticket: u64) {
+    /// Hands a parked release to the deadline thread, to be sent `delay` from now at the
+    /// latest.
+    pub(super) fn add(table: Weak<Table>, key: String, ticket: u64, delay: Duration) {
         let running = *RUNNING.get_or_init(|| {
             std::thread::Builder::new()
                 .name("zk-recipes-parked".into())
@@ -141,17 +172,20 @@ mod deadlines {
         if !running {
             return;
         }
+        let now = Instant::now();
+        let due = now + delay;
         let mut queue = locked(&QUEUE);
-        let was_empty = queue.is_empty();
+        // Otherwise the thread already sleeps until an earlier deadline.
+        let earliest = queue.iter().all(|d| d.due > due);
         queue.push_back(Due {
-            parked: Instant::now(),
+            ripe: now + delay / 2,
+            due,
             table,
             key,
             ticket,
         });
         drop(queue);
-        // Otherwise the thread already sleeps until an earlier deadline.
-        if was_empty {
+        if earliest {
             WAKE.notify_one();
         }
     }
@@ -159,12 +193,11 @@ mod deadlines {
     fn run() {
         let mut queue = locked(&QUEUE);
         loop {
-            let Some(first) = queue.front().map(|d| d.parked) else {
+            let Some(due) = queue.iter().map(|d| d.due).min() else {
                 queue = WAKE.wait(queue).unwrap_or_else(PoisonError::into_inner);
                 continue;
             };
             let now = Instant::now();
-            let due = first + DEADLINE;
             if due > now {
                 queue = WAKE
                     .wait_timeout(queue, due - now)
@@ -172,11 +205,10 @@ mod deadlines {
                     .0;
                 continue;
             }
-            let ripe_since = now.checked_sub(DEADLINE / 2).unwrap_or(now);
-            let mut ripe = Vec::new();
-            while queue.front().is_some_and(|d| d.parked <= ripe_since) {
-                ripe.extend(queue.pop_front());
-            }
+            let (ripe, left): (Vec<Due>, Vec<Due>) = std::mem::take(&mut *queue)
+                .into_iter()
+                .partition(|d| d.ripe <= now);
+            *queue = left.into();
             drop(queue);
             for d in ripe {
                 if let Some(table) = d.table.upgrade() {

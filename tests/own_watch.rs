@@ -5,7 +5,11 @@
 //! path), on a reused path (the simple lock) and through a merged drop (the fair lock), with
 //! cuts and an administrator's deletions around the release; and a super user's ACL change.
 //! Written by a review of 6368774..fc1f6ef (2026-11-26); the seeded tests passed before and
-//! after those commits.
+//! after those commits. Since 2026-12-02 a guard granted after a wait watches its node with a
+//! waker of its own instead of a monitor task, and an awaited release runs in its caller's
+//! task: the tests at the end pin what that must keep (told of a deletion, a release that ends
+//! when its future is dropped, the reason of a release cut short, no panic when the session's
+//! runtime ends under a release).
 //!
 //! The randomized tests print their seed; `ZKR_REVIEW_SEED=N` replays the plan of seed `N`
 //! (the interleaving still depends on the machine), `ZKR_REVIEW_ROUNDS` sets the rounds (30).
@@ -331,6 +335,29 @@ async fn a_holder_whose_armed_node_loses_read_and_is_deleted_is_told() {
     s.close().await;
 }
 
+// ------------------------------------- a guard's watch without a task, a release in place
+
+/// A guard of `s` granted after a wait behind `other`'s holder on `dir`: its own-node watch
+/// was armed by the waiter, so it is held through a `Bridge` (no monitor task).
+async fn granted_after_a_wait(
+    s: &zk_recipes::Session,
+    other: &zk_recipes::Session,
+    dir: &str,
+) -> LockGuard {
+    let first = FairLock::new(other, dir).unwrap().lock().await.unwrap();
+    let lock = FairLock::new(s, dir).unwrap();
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    while children(dir).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap()
+        .unwrap()
+}
+
 /// Given one session holding twenty fair locks, each granted after a wait behind another
 /// session's holder (so each guard's own-node watch was armed by its waiter), then holding
 /// them runs no task of ours (the watch waits with a waker of the guard's, not in a monitor
@@ -348,19 +375,7 @@ async fn guards_granted_after_a_wait_run_no_task_and_are_told_of_their_deletion(
     let mut guards = Vec::with_capacity(LOCKS);
     for i in 0..LOCKS {
         let dir = format!("{root}/lock-{i}");
-        let first = FairLock::new(&front, &dir).unwrap().lock().await.unwrap();
-        let lock = FairLock::new(&holder, &dir).unwrap();
-        let waiter = tokio::spawn(async move { lock.lock().await });
-        while children(&dir).await.len() < 2 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        first.release().await.unwrap();
-        let g = tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("the waiter was not handed the lock")
-            .unwrap()
-            .unwrap();
-        guards.push(g);
+        guards.push(granted_after_a_wait(&holder, &front, &dir).await);
     }
     // Let every background task of the grants and releases end.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -482,27 +497,6 @@ async fn a_fair_lock_release_dropped_before_its_answer_still_ends() {
 }
 
 // ------------------------------------------------ review of eaf14f4 (Bridge and InPlace)
-
-/// A guard of `s` granted after a wait behind `other`'s holder on `dir`: its own-node watch
-/// was armed by the waiter, so it is held through a `Bridge` (no monitor task).
-async fn granted_after_a_wait(
-    s: &zk_recipes::Session,
-    other: &zk_recipes::Session,
-    dir: &str,
-) -> LockGuard {
-    let first = FairLock::new(other, dir).unwrap().lock().await.unwrap();
-    let lock = FairLock::new(s, dir).unwrap();
-    let waiter = tokio::spawn(async move { lock.lock().await });
-    while children(dir).await.len() < 2 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    first.release().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter was not handed the lock")
-        .unwrap()
-        .unwrap()
-}
 
 /// Given a bridged guard whose release's request is held up in the network (not applied), when the runtime the
 /// session was made on ends under the release (the release runs on another executor, as
