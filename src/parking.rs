@@ -17,7 +17,9 @@
 //!   once on a worker beside it, and sent the release first in about a fifth of a worker
 //!   loop's iterations (2026-12-02: 1.2 log syncs per iteration where it was 1.0 while the
 //!   guard's monitor task, woken by the drop, happened to hold the flush task back). It
-//!   then leaves the release to the deadline thread, [`AWAY`] after the drop; and
+//!   then leaves the release to the deadline thread, [`AWAY`] after it found itself there
+//!   (and [`DEADLINE`] after the drop at the latest). A task's drop whose flush task another
+//!   worker stole while it yielded waits the same; and
 //! * **the deadline thread**, at the latest [`DEADLINE`] after the drop, whatever the
 //!   dropping thread does meanwhile. A task spawned from a multi-thread runtime's worker waits
 //!   in that worker's LIFO slot, which no other worker steals: a task that blocks its thread
@@ -51,6 +53,12 @@ const FLUSH_YIELDS: usize = 2;
 /// code to reach its next `lock()` unless its thread is taken from it, short enough that a
 /// drop with no acquire after it holds the lock little longer than a task's drop does.
 pub(crate) const AWAY: Duration = Duration::from_micros(200);
+
+/// For tests: see `deadlines::never_start`.
+#[cfg(feature = "testing")]
+pub(crate) fn without_deadline_thread() -> bool {
+    deadlines::never_start()
+}
 
 /// The parked releases of one session, by lock directory.
 #[derive(Default)]
@@ -90,8 +98,12 @@ impl Table {
                 }
                 if std::thread::current().id() == dropper {
                     table.flush(&key, ticket);
-                } else if table.is_parked(&key, ticket) {
-                    deadlines::add(Arc::downgrade(&table), key, ticket, AWAY);
+                } else if table.is_parked(&key, ticket)
+                    && !deadlines::add(Arc::downgrade(&table), key.clone(), ticket, AWAY)
+                {
+                    // No deadline thread to wait for: sent now, merge or not, rather than
+                    // left parked until an acquire of the directory or the session's end.
+                    table.flush(&key, ticket);
                 }
             },
             home,
@@ -158,19 +170,20 @@ mod deadlines {
     static RUNNING: OnceLock<bool> = OnceLock::new();
 
     /// Hands a parked release to the deadline thread, to be sent `delay` from now at the
-    /// latest.
-    pub(super) fn add(table: Weak<Table>, key: String, ticket: u64, delay: Duration) {
+    /// latest. `false` if there is no such thread (it could not be started): then nobody
+    /// sends the release by its deadline, and the caller must see to it.
+    pub(super) fn add(table: Weak<Table>, key: String, ticket: u64, delay: Duration) -> bool {
         let running = *RUNNING.get_or_init(|| {
             std::thread::Builder::new()
                 .name("zk-recipes-parked".into())
                 .spawn(run)
                 .map_err(|err| {
-                    tracing::error!(%err, "zk-recipes: cannot start the thread that bounds how long a dropped guard's release waits; it waits for the dropping thread instead")
+                    tracing::error!(%err, "zk-recipes: cannot start the thread that bounds how long a dropped guard's release waits; it is sent by the flush task instead, which a task blocking its thread right after the drop holds back")
                 })
                 .is_ok()
         });
         if !running {
-            return;
+            return false;
         }
         let now = Instant::now();
         let due = now + delay;
@@ -188,6 +201,14 @@ mod deadlines {
         if earliest {
             WAKE.notify_one();
         }
+        true
+    }
+
+    /// For tests: runs this process as if the thread could not be started. `false` if it
+    /// runs already (a release was parked before).
+    #[cfg(feature = "testing")]
+    pub(crate) fn never_start() -> bool {
+        RUNNING.set(false).is_ok()
     }
 
     fn run() {
@@ -211,18 +232,17 @@ mod deadlines {
             *queue = left.into();
             drop(queue);
             for d in ripe {
-                if let Some(table) = d.table.upgrade() {
-                    // Most were sent or taken back long ago. A panic in a release must not
-                    // take the thread, and every later deadline, with it.
-                    let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        table.flush(&d.key, d.ticket)
-                    }));
-                    if sent.is_err() {
-                        tracing::error!(
-                            dir = d.key,
-                            "zk-recipes: sending a parked release panicked"
-                        );
+                // Most were sent or taken back long ago. A panic in a release must not take
+                // the thread, and every later deadline, with it; nor one in the drop of the
+                // table, if this was its last reference (its session is gone, and the drop
+                // releases what is still parked in it).
+                let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if let Some(table) = d.table.upgrade() {
+                        table.flush(&d.key, d.ticket);
                     }
+                }));
+                if sent.is_err() {
+                    tracing::error!(dir = d.key, "zk-recipes: sending a parked release panicked");
                 }
             }
             queue = locked(&QUEUE);

@@ -167,12 +167,13 @@ impl Holding {
     /// loop's next `lock()` sends its first request in its first poll, before any yield: so
     /// the loop merges, and a drop with no `lock()` after it sends its release at the
     /// dropping task's next await, a few microseconds later than before. (Dropped by code no
-    /// worker runs, the body of `block_on`, the flush task may run beside it: it then leaves
-    /// the release to the deadline thread, [`AWAY`](crate::parking::AWAY) after the drop.) A task that blocks
-    /// its thread after the drop would hold the flush task back with it (it waits in that
-    /// worker's LIFO slot, which other workers never steal): the session's deadline thread
-    /// then sends the release, [`DEADLINE`](crate::parking::DEADLINE) after the drop at the
-    /// latest.
+    /// worker runs, the body of `block_on`, the flush task may run beside it; it may also be
+    /// taken by another worker while it yields. On another thread than the drop's it leaves
+    /// the release to the deadline thread, [`AWAY`](crate::parking::AWAY) after that.) A
+    /// task that blocks its thread after the drop would hold the flush task back with it (it
+    /// waits in that worker's LIFO slot, which other workers never steal): the session's
+    /// deadline thread then sends the release, [`DEADLINE`](crate::parking::DEADLINE) after
+    /// the drop at the latest.
     ///
     /// Why it is safe: a merged `lock()` is a relock (`start_relock`: atomic, the new node
     /// queued at the back, every failure falling back to the plain retried release), except

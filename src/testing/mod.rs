@@ -207,6 +207,18 @@ pub fn unique_root(prefix: &str) -> String {
     format!("/t-{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// Runs this process as if the thread that bounds how long a dropped guard's release stays
+/// parked could not be started (see the README's Guards section), to test what a release
+/// then does. Call it before any guard of the process is dropped; `false` if one was, and the
+/// thread runs already. Process-wide: a test binary of its own.
+///
+/// ```no_run
+/// assert!(zk_recipes::testing::without_deadline_thread());
+/// ```
+pub fn without_deadline_thread() -> bool {
+    crate::parking::without_deadline_thread()
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of Java's `System.nanoTime` and Python's
 /// `time.monotonic_ns`, so event histories recorded by several processes on one machine can
 /// be merged and compared.
