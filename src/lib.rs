@@ -101,6 +101,14 @@ pub use zookeeper_client as zk;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+/// Locks `m`, poisoned or not: for state that every change writes whole (one insert, remove
+/// or `Option`) before anything that may panic runs, so a panic leaves it consistent, and
+/// where `unwrap` would turn one panic into a panic at every later lock (a guard's drop, the
+/// client's session task waking a guard).
+pub(crate) fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The README's Rust examples, compiled and run by `cargo test --all-features` so that they
 /// stay true.
 #[cfg(all(doctest, feature = "testing"))]

@@ -34,8 +34,12 @@
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
+
+// Every change under this module's locks is one insert, remove or pop, whole before anything
+// that may panic (a parked release's drop) runs.
+use crate::locked;
 
 /// A parked release: the queue module's dropped holding, whose own `Drop` releases it.
 pub(crate) type Parked = Box<dyn Any + Send>;
@@ -54,11 +58,8 @@ const FLUSH_YIELDS: usize = 2;
 /// drop with no acquire after it holds the lock little longer than a task's drop does.
 pub(crate) const AWAY: Duration = Duration::from_micros(200);
 
-/// For tests: see `deadlines::never_start`.
 #[cfg(feature = "testing")]
-pub(crate) fn without_deadline_thread() -> bool {
-    deadlines::never_start()
-}
+pub(crate) use deadlines::never_start as without_deadline_thread;
 
 /// The parked releases of one session, by lock directory.
 #[derive(Default)]
@@ -138,13 +139,6 @@ impl Table {
             drop(slots.remove(key));
         }
     }
-}
-
-/// Locks `m`, poisoned or not. Every change under these locks is one insert, remove or pop,
-/// whole before anything that may panic (a parked release's drop) runs, so a panic leaves them
-/// consistent; `unwrap` would turn one panic into a panic in every later guard's drop.
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The deadline thread and its queue, one for the process.

@@ -560,9 +560,10 @@ impl Holding {
             let check = verify.map_or(Check::None, Check::Czxid);
             let serializers = session.path_serializers();
             let first = release_node(&epoch, &path, mark, check, &gate, Some(serializers)).await;
+            let settled = settles(&first, verify);
             // Whether our delete was answered as done by the first attempt's own reply.
-            let applied = first.is_ok() && settles(&first, verify);
-            let result = if settles(&first, verify) {
+            let applied = settled && first.is_ok();
+            let result = if settled {
                 first
             } else {
                 // Retried (timers) or read (a refusal): in a task of the session's.
@@ -588,10 +589,7 @@ impl Holding {
                 // for a session closed under it), as a monitor task, watching the epoch
                 // until it is stopped below, would note it; a bridged watch hears nothing
                 // once the gate is closed (a review of eaf14f4: `SessionExpired`).
-                let ended = epoch_reason
-                    .lock()
-                    .unwrap()
-                    .unwrap_or(LossReason::SessionExpired);
+                let ended = epoch_end_reason(&epoch_reason);
                 reason.lock().unwrap().get_or_insert(ended);
             }
             lost.cancel();
@@ -813,6 +811,14 @@ pub(crate) enum Checked {
 /// An own-node watch ([`Epoch::watch_own`]), armed (or found gated) on its first poll.
 pub(crate) type OwnCheck = Pin<Box<dyn Future<Output = Checked> + Send>>;
 
+/// Why a holding's epoch ended, as the epoch noted it (the session's expiry if it did not).
+fn epoch_end_reason(epoch_reason: &Mutex<Option<LossReason>>) -> LossReason {
+    epoch_reason
+        .lock()
+        .unwrap()
+        .unwrap_or(LossReason::SessionExpired)
+}
+
 /// What a holding's watching of its own node needs: the loss signal and its reason, the
 /// epoch's end, the gate, and what it takes to arm the own-node watch again.
 struct Watching {
@@ -836,10 +842,7 @@ impl Watching {
     }
 
     fn epoch_ended(&self) -> LossReason {
-        self.epoch_reason
-            .lock()
-            .unwrap()
-            .unwrap_or(LossReason::SessionExpired)
+        epoch_end_reason(&self.epoch_reason)
     }
 
     /// The monitor: waits on `own` (the own-node watch, armed or being armed) until our node
@@ -955,22 +958,16 @@ struct BridgeHandle(Arc<Bridge>);
 
 impl BridgeHandle {
     fn take(&self) -> Option<WatchFuture> {
-        lock(&self.0.watch).take()
+        crate::locked(&self.0.watch).take()
     }
 }
 
 impl Drop for BridgeHandle {
     fn drop(&mut self) {
         let watch = self.take();
-        lock(&self.0.watching).take();
+        crate::locked(&self.0.watching).take();
         drop(watch);
     }
-}
-
-/// Locks `m`, whether or not a panic poisoned it (what it guards stays consistent: one
-/// `Option` or `bool` written whole).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Bridge {
@@ -993,11 +990,11 @@ impl Bridge {
         });
         let waker = std::task::Waker::from(bridge.clone());
         let mut cx = std::task::Context::from_waker(&waker);
-        let mut slot = lock(&bridge.watch);
+        let mut slot = crate::locked(&bridge.watch);
         if let std::task::Poll::Ready(event) = watch.as_mut().poll(&mut cx) {
             drop(slot);
             // Fired already (after the waiter last looked): the monitor reads it.
-            let watching = lock(&bridge.watching).take().expect("set above");
+            let watching = crate::locked(&bridge.watching).take().expect("set above");
             let fired: WatchFuture = Box::pin(std::future::ready(event));
             let own: OwnCheck = Box::pin(std::future::ready(Checked::Armed(fired)));
             return Watcher::Task(session.spawn_at_home(watching.run(own)));
@@ -1016,12 +1013,12 @@ impl std::task::Wake for Bridge {
     fn wake_by_ref(self: &Arc<Self>) {
         // Poison-tolerant: a panic here would end the client's session task, and every
         // request of the session with it.
-        if *lock(&self.gate) {
+        if *crate::locked(&self.gate) {
             // Our release is queued: the deletion is ours, and the release uses the watch up.
             return;
         }
-        let watch = lock(&self.watch).take();
-        let watching = lock(&self.watching).take();
+        let watch = crate::locked(&self.watch).take();
+        let watching = crate::locked(&self.watching).take();
         let (Some(watch), Some(watching)) = (watch, watching) else {
             return;
         };
