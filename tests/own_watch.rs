@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use support::rng::Rng;
-use support::zk::{children, raw, session, session_via_proxy};
+use support::zk::{children, raw, session, session_via_proxy, wait_for_children};
 use zk_recipes::testing::{unique_root, Fault, FaultAction, FaultPoint};
 use zk_recipes::{zk, ExclusiveLock, FairLock, LockGuard, LossPolicy};
 
@@ -347,9 +347,7 @@ async fn granted_after_a_wait(
     let first = FairLock::new(other, dir).unwrap().lock().await.unwrap();
     let lock = FairLock::new(s, dir).unwrap();
     let waiter = tokio::spawn(async move { lock.lock().await });
-    while children(dir).await.len() < 2 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_children(dir, 2, "the waiter never queued behind the holder").await;
     first.release().await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
@@ -498,9 +496,10 @@ async fn a_fair_lock_release_dropped_before_its_answer_still_ends() {
 
 // ------------------------------------------------ review of eaf14f4 (Bridge and InPlace)
 
-/// Given a bridged guard whose release's request is held up in the network (not applied), when the runtime the
-/// session was made on ends under the release (the release runs on another executor, as
-/// `release_job` says it may), then `release()` answers an error; it must not panic. The
+/// Given a bridged guard whose release's request is held up in the network (not applied),
+/// when the runtime the session was made on ends under the release (the release runs on
+/// another executor, as `release_job` says it may), then `release()` answers an error; it
+/// must not panic. The
 /// client's tasks end with that runtime: the release's request fails at once, and the
 /// own-node watch's sender is dropped unsent, so `finish_watch`'s `now_or_never` on the
 /// bridged watch polls `OneshotReceiver::recv`, whose `receiver.await.unwrap()` panics.
